@@ -1,0 +1,88 @@
+"""create_app(settings) -> the FastAPI app; its lifespan owns the HTTP client and the database."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from proxy.errors import ProxyError, error_body
+from proxy.routes import chat, health, models, passthrough
+from proxy.settings import Settings
+from proxy.store import Store
+from proxy.tokens import TokenCounter
+from proxy.windows import Windows
+
+log = logging.getLogger("ctxproxy")
+
+
+@dataclass
+class Services:
+    """What the handlers need, built once per app in the lifespan."""
+
+    settings: Settings
+    client: httpx.AsyncClient
+    counter: TokenCounter
+    store: Store
+    windows: Windows
+
+
+def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store(settings.database_url)
+        await run_in_threadpool(store.upgrade)
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        try:
+            async with httpx.AsyncClient(transport=transport, limits=limits) as client:
+                app.state.services = Services(
+                    settings=settings,
+                    client=client,
+                    counter=TokenCounter(image_tokens=settings.compaction.image_tokens),
+                    store=store,
+                    windows=Windows(client),
+                )
+                yield
+        finally:
+            store.close()
+
+    app = FastAPI(title="ctxproxy", version="0.1.0", lifespan=lifespan)
+    app.include_router(health.router)
+    app.include_router(chat.router)
+    app.include_router(models.router)
+    app.include_router(passthrough.router)
+    _install_error_handlers(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ProxyError)
+    async def proxy_error(request: Request, exc: ProxyError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in err["loc"])
+        body = error_body(f"Invalid request: {where}: {err['msg']}", "invalid_request_error",
+                          where or None)
+        return JSONResponse(body, status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body("Internal proxy error", "server_error"), status_code=500)

@@ -1,0 +1,65 @@
+"""Injected things for handlers: the app's services, the client key check, the request body."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from proxy.errors import PayloadTooLarge, Unauthorized
+from proxy.protocol import parse_json
+
+
+def _services(request: Request) -> Any:
+    return request.app.state.services
+
+
+# Typed as Any to keep routes free of an import cycle with app.py; it is proxy.app.Services.
+ServicesDep = Annotated[Any, Depends(_services)]
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def key_matches(given: str | None, allowed: list[str]) -> bool:
+    if given is None:
+        return False
+    # Compare against every key so timing does not reveal which one (or whether any) matched.
+    found = False
+    for key in allowed:
+        found |= hmac.compare_digest(given.encode(), key.encode())
+    return found
+
+
+def require_client_key(request: Request, services: ServicesDep) -> None:
+    keys = services.settings.api_keys
+    if keys and not key_matches(_bearer(request), keys):
+        raise Unauthorized("Missing or invalid API key in the Authorization header")
+
+
+ClientAuth = Depends(require_client_key)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refused with 413 as soon as it passes `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def json_body(request: Request, services: ServicesDep) -> dict[str, Any]:
+    return parse_json(await read_body(request, services.settings.max_body_bytes))
+
+
+JsonBody = Annotated[dict[str, Any], Depends(json_body)]

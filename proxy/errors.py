@@ -1,0 +1,99 @@
+"""Errors a client can see, each rendered in OpenAI's envelope.
+
+ProxyError
+ ├── BadRequest               400 invalid_request_error
+ │    └── ContextLengthExceeded   400 code=context_length_exceeded
+ ├── Unauthorized             401 authentication_error
+ ├── NotFound                 404 (ModelNotFound: code=model_not_found)
+ ├── PayloadTooLarge          413
+ ├── UpstreamUnavailable      502 upstream_error
+ └── UpstreamTimeout          504 upstream_error
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class ProxyError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+class BadRequest(ProxyError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class ContextLengthExceeded(BadRequest):
+    code = "context_length_exceeded"
+
+    def __init__(self, needed: int, budget: int, window: int | None):
+        self.needed, self.budget, self.window = needed, budget, window
+        super().__init__(
+            f"This request needs {needed} tokens even in its most compact form, but the "
+            f"budget for the prompt is {budget} tokens (context window {window}, less the "
+            "completion reserve and safety margin). Shorten the latest messages or tools.",
+            param="messages",
+        )
+
+
+class Unauthorized(ProxyError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class NotFound(ProxyError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+    def __init__(self, model: str):
+        super().__init__(f"The model '{model}' does not exist or no upstream serves it.",
+                         param="model")
+
+
+class PayloadTooLarge(ProxyError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UpstreamUnavailable(ProxyError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(ProxyError):
+    status = 504
+    type = "upstream_error"
+    code = "upstream_timeout"
+
+
+def error_body(
+    message: str, type_: str, param: str | None = None, code: str | int | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def sse_error(exc: ProxyError) -> bytes:
+    """The SSE event that ends a stream that failed after it began."""
+    return b"data: " + json.dumps(exc.body()).encode() + b"\n\ndata: [DONE]\n\n"

@@ -1,0 +1,48 @@
+"""Other /v1/* routes (completions, embeddings, …): forwarded as they are, without compaction."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+
+from proxy import upstream as up
+from proxy.deps import ClientAuth, ServicesDep, read_body
+from proxy.errors import BadRequest, ModelNotFound, NotFound
+
+router = APIRouter(dependencies=[ClientAuth])
+
+
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+@router.api_route("/v1/{path:path}", methods=_METHODS)
+@router.api_route("/s/{session}/v1/{path:path}", methods=_METHODS)
+async def passthrough(
+    path: str, request: Request, services: ServicesDep, session: str | None = None
+) -> Response:
+    raw = await read_body(request, services.settings.max_body_bytes)
+    model = _model_of(raw) if raw else None
+    settings = services.settings
+    upstream = settings.upstream_for(model or "*")
+    if upstream is None:
+        raise ModelNotFound(model) if model else NotFound("No upstream is configured")
+    r = await up.send(
+        services.client, upstream, request.method, "/" + path, content=raw or None,
+        params=request.query_params, stream=True,
+    )
+    if "text/event-stream" in r.headers.get("content-type", ""):
+        return StreamingResponse(up.relay(r, upstream), r.status_code, up.response_headers(r))
+    await r.aread()
+    await r.aclose()
+    return Response(r.content, r.status_code, up.response_headers(r))
+
+
+def _model_of(raw: bytes) -> str | None:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise BadRequest("Invalid JSON body") from None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None

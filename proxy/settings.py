@@ -1,0 +1,154 @@
+"""Configuration: config.yaml first, then CTXPROXY_* environment variables override it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+LOCAL_CONFIG = Path("config.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Listen(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+
+
+class Upstream(_Strict):
+    name: str
+    kind: Literal["llamacpp", "vllm", "ollama", "openai"] = "openai"
+    base_url: str
+    api_key: str | None = None
+    models: list[str] = ["*"]
+    context_window: int | None = Field(None, gt=0)
+    tokenizer: Literal["tiktoken", "upstream"] = "tiktoken"
+    connect_timeout: float = Field(5.0, gt=0)
+    read_timeout: float = Field(600.0, gt=0)
+    discovery_ttl: float = Field(300.0, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _strip_slash(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+    def serves(self, model: str) -> bool:
+        return model in self.models
+
+
+class TracebackSettings(_Strict):
+    min_chars: int = Field(2000, ge=0)
+    head_lines: int = Field(10, ge=0)
+    tail_lines: int = Field(10, ge=0)
+
+
+class TieredSettings(_Strict):
+    keep_recent: int = Field(2, ge=0)
+    thresholds: tuple[float, float, float] = (0.6, 0.75, 0.9)
+    truncate_chars: int = Field(200, ge=0)
+
+
+class FoldSettings(_Strict):
+    keep_recent: int = Field(2, ge=0)
+    min_chars: int = Field(1000, ge=0)
+
+
+class SlidingWindowSettings(_Strict):
+    keep_recent: int = Field(2, ge=0)
+
+
+class CompactionSettings(_Strict):
+    pipeline: list[str] = ["traceback", "tiered"]
+    reserve_tokens: int = Field(1024, ge=0)
+    safety_margin: float = Field(0.05, ge=0, lt=1)
+    target: float = Field(0.5, gt=0, le=1)
+    image_tokens: int = Field(765, ge=0)
+    traceback: TracebackSettings = TracebackSettings()
+    tiered: TieredSettings = TieredSettings()
+    fold: FoldSettings = FoldSettings()
+    sliding_window: SlidingWindowSettings = SlidingWindowSettings()
+
+
+class Settings(BaseSettings):
+    """Everything ctxproxy reads at start. Unknown keys are an error, so typos fail loudly."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CTXPROXY_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    listen: Listen = Listen()
+    database_url: str = "sqlite:///./ctxproxy.db"
+    api_keys: list[str] = []
+    admin_key: str | None = None
+    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    upstreams: list[Upstream] = [
+        Upstream(name="local", kind="llamacpp", base_url="http://127.0.0.1:8081/v1")
+    ]
+    compaction: CompactionSettings = CompactionSettings()
+    log_level: str = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment beats the file, which arrives as init kwargs.
+        return env_settings, init_settings
+
+    def upstream_for(self, model: str) -> Upstream | None:
+        exact = next((u for u in self.upstreams if u.serves(model)), None)
+        return exact or next((u for u in self.upstreams if u.serves("*")), None)
+
+
+class ConfigError(Exception):
+    """A configuration file or value that cannot be used; the message names the key."""
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Read a config file and apply env overrides.
+
+    The file is `path`, else $CTXPROXY_CONFIG, else ./config.yaml if present; with none of
+    those the embedded defaults apply.
+    """
+    path = path or os.environ.get("CTXPROXY_CONFIG")
+    if path is None and not LOCAL_CONFIG.is_file():
+        return _build(Path("<defaults>"), dict(overrides))
+    path = Path(path or LOCAL_CONFIG)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    data.update(overrides)
+    return _build(path, data)
+
+
+def _build(path: Path, data: dict[str, Any]) -> Settings:
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(path, exc)) from exc
+
+
+def _describe(path: Path, exc: ValidationError) -> str:
+    lines = [f"{path}: invalid configuration"]
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        lines.append(f"  {key}: {err['msg']}")
+    return "\n".join(lines)

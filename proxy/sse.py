@@ -1,0 +1,71 @@
+"""Reading an OpenAI chat stream as it passes: the answer it assembles and the usage it reports."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class StreamAssembler:
+    """Feed raw SSE bytes; read back the assistant message, usage and whether [DONE] came."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.content: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.role = "assistant"
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.done = False
+
+    def feed(self, chunk: bytes) -> None:
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                self._event(line[5:].strip())
+
+    def _event(self, data: bytes) -> None:
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if isinstance(event.get("error"), dict):
+            self.error = event["error"]
+        if isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+        for choice in event.get("choices") or []:
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._choice(choice)
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        delta = choice.get("delta") or {}
+        self.role = delta.get("role") or self.role
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+        for call in delta.get("tool_calls") or []:
+            self._tool_delta(call)
+
+    def _tool_delta(self, delta: dict[str, Any]) -> None:
+        slot = self.tool_calls.setdefault(
+            int(delta.get("index", 0)),
+            {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        slot["id"] = delta.get("id") or slot["id"]
+        slot["type"] = delta.get("type") or slot["type"]
+        fn = delta.get("function") or {}
+        slot["function"]["name"] += fn.get("name") or ""
+        slot["function"]["arguments"] += fn.get("arguments") or ""
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": self.role, "content": "".join(self.content) or None}
+        if self.tool_calls:
+            msg["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        return msg

@@ -1,0 +1,92 @@
+"""Talking to model servers: forwarding requests and relaying their answers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import anyio
+import httpx
+
+from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable, sse_error
+from proxy.settings import Upstream
+
+log = logging.getLogger("ctxproxy.upstream")
+
+# Hop-by-hop and length headers are the transport's business, not the client's.
+_DROP_RESPONSE_HEADERS = {
+    "connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding",
+    "server", "date",
+}
+
+
+def timeout_for(upstream: Upstream) -> httpx.Timeout:
+    return httpx.Timeout(
+        connect=upstream.connect_timeout, read=upstream.read_timeout,
+        write=upstream.read_timeout, pool=upstream.connect_timeout,
+    )
+
+
+def request_headers(upstream: Upstream) -> dict[str, str]:
+    """Headers sent upstream: the upstream's own key from config, never the client's."""
+    headers = {"accept-encoding": "identity"}
+    if upstream.api_key:
+        headers["authorization"] = f"Bearer {upstream.api_key}"
+    return headers
+
+
+def response_headers(r: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in r.headers.items() if k.lower() not in _DROP_RESPONSE_HEADERS}
+
+
+def server_root(upstream: Upstream) -> str:
+    """The server's root URL: llama.cpp's /props and Ollama's /api/* live beside /v1."""
+    base = upstream.base_url
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+async def send(
+    client: httpx.AsyncClient,
+    upstream: Upstream,
+    method: str,
+    path: str,
+    *,
+    json: Any = None,
+    content: bytes | None = None,
+    params: Mapping[str, str] | None = None,
+    stream: bool = False,
+) -> httpx.Response:
+    """Send one request; transport failures become 502/504 ProxyErrors."""
+    headers = request_headers(upstream)
+    if content is not None:
+        headers["content-type"] = "application/json"
+    req = client.build_request(
+        method, upstream.base_url + path, json=json, content=content, params=params,
+        headers=headers, timeout=timeout_for(upstream),
+    )
+    try:
+        return await client.send(req, stream=stream)
+    except httpx.TimeoutException:
+        raise UpstreamTimeout(f"Upstream '{upstream.name}' did not answer in time") from None
+    except httpx.HTTPError as exc:
+        raise UpstreamUnavailable(
+            f"Upstream '{upstream.name}' is unreachable: {type(exc).__name__}"
+        ) from None
+
+
+async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
+    """Yield the upstream's bytes as they arrive; a failure mid-stream ends in an SSE error."""
+    try:
+        async for chunk in r.aiter_raw():
+            yield chunk
+    except httpx.TimeoutException:
+        yield sse_error(UpstreamTimeout(f"Upstream '{upstream.name}' stalled mid-stream"))
+    except httpx.HTTPError as exc:
+        err: ProxyError = UpstreamUnavailable(
+            f"Upstream '{upstream.name}' failed mid-stream: {type(exc).__name__}"
+        )
+        yield sse_error(err)
+    finally:
+        with anyio.CancelScope(shield=True):  # a client disconnect cancels us: still let go
+            await r.aclose()

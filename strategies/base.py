@@ -1,0 +1,297 @@
+"""The vocabulary every strategy shares: messages, iterations, events, context and the registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# An OpenAI chat message as the client sent it; keys we do not know are kept untouched.
+Message = dict[str, Any]
+
+PROMPT_ROLES = frozenset({"system", "developer"})
+
+
+def canonical_json(msg: Any) -> str:
+    """The one serialisation that content addressing (store, token cache, markers) relies on."""
+    return json.dumps(msg, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def message_hash(msg: Message) -> str:
+    return hashlib.sha256(canonical_json(msg).encode()).hexdigest()
+
+
+def original_ref(msg: Message) -> str:
+    """How a marker names the raw message, so a reader can fetch it from the store."""
+    return f"/messages/{message_hash(msg)[:16]}"
+
+
+# --- message helpers ---------------------------------------------------------------------
+
+
+def text_of(msg: Message) -> str | None:
+    """The message's text: a string, the joined text parts of a list, or None if not all text."""
+    content = msg.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(_is_text_part(p) for p in content):
+        return "\n".join(p["text"] for p in content)
+    return None
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+
+
+def content_size(msg: Message) -> int:
+    """Characters a strategy can remove: text content plus tool-call arguments."""
+    text = text_of(msg) or ""
+    args = sum(len(c.get("function", {}).get("arguments") or "") for c in tool_calls(msg))
+    return len(text) + args
+
+
+def tool_calls(msg: Message) -> list[dict[str, Any]]:
+    calls = msg.get("tool_calls") if msg.get("role") == "assistant" else None
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def with_content(msg: Message, content: str) -> Message:
+    """A copy with new content; every other key (tool_call_id, name, unknown keys) kept."""
+    return {**msg, "content": content}
+
+
+def tool_names(messages: Iterable[Message]) -> dict[str, str]:
+    """tool_call_id -> function name, from the assistant calls in the history."""
+    names: dict[str, str] = {}
+    for msg in messages:
+        for call in tool_calls(msg):
+            fn = call.get("function")
+            if isinstance(call.get("id"), str) and isinstance(fn, dict):
+                names[call["id"]] = str(fn.get("name", "?"))
+    return names
+
+
+# --- iterations ----------------------------------------------------------------------------
+
+
+def iterations(messages: Sequence[Message]) -> list[int]:
+    """Iteration number per message.
+
+    An iteration is a user message, or an assistant message with the tool results that answer
+    it. Prompt messages before the first iteration get -1; later ones join the current one.
+    """
+    current, out = -1, []
+    for msg in messages:
+        if msg.get("role") in ("user", "assistant"):
+            current += 1
+        out.append(current)
+    return out
+
+
+def protected_indexes(messages: Sequence[Message], iters: Sequence[int]) -> set[int]:
+    """Messages no strategy may change: prompts, first and latest user message, final turn."""
+    keep = {i for i, m in enumerate(messages) if m.get("role") in PROMPT_ROLES}
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    keep.update(users[:1] + users[-1:])
+    if iters:
+        last = iters[-1]
+        keep.update(i for i, it in enumerate(iters) if it == last)
+    return keep
+
+
+def old_indexes(messages: Sequence[Message], keep_recent: int) -> list[int]:
+    """Indexes a strategy may compact, oldest first: outside the keep window and unprotected."""
+    iters = iterations(messages)
+    protected = protected_indexes(messages, iters)
+    cutoff = (iters[-1] if iters else 0) - keep_recent
+    return [i for i, it in enumerate(iters) if it <= cutoff and i not in protected]
+
+
+# --- events --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactionEvent:
+    strategy: str
+    phase: int | None
+    iterations: list[int]
+    tokens_before: int
+    tokens_after: int
+    chars_removed: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def label(self) -> str:
+        return self.strategy if self.phase is None else f"{self.strategy}:{self.phase}"
+
+
+# --- lineage: which raw message a compiled one stands for -----------------------------------
+
+
+class Lineage:
+    """Maps compiled messages back to the raw message and its iteration number.
+
+    Compiled forms are always derived from the raw message, never from an earlier compiled
+    form, so re-compacting cannot drift (a marker's count is always the raw size), and markers
+    name the raw message that the store holds. Entries are keyed by id() and hold a reference,
+    so the ids stay valid for the lifetime of one compile.
+    """
+
+    def __init__(self, raw: Sequence[Message]):
+        self._origin: dict[int, tuple[Message, Message]] = {}
+        self._iteration: dict[int, int] = {}
+        for msg, it in zip(raw, iterations(raw), strict=True):
+            self._iteration[id(msg)] = it
+
+    def origin(self, msg: Message) -> Message:
+        entry = self._origin.get(id(msg))
+        return entry[1] if entry else msg
+
+    def derive(self, new: Message, old: Message) -> Message:
+        self._origin[id(new)] = (new, self.origin(old))
+        return new
+
+    def iteration(self, msg: Message, fallback: int) -> int:
+        return self._iteration.get(id(self.origin(msg)), fallback)
+
+
+# --- context and protocol ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a strategy may know: token figures, how to count, its own options.
+
+    `count` gives one message's raw token count (cached by the caller); `measure` turns a raw
+    sum into the estimate the budget is written in (reply priming, calibration).
+    """
+
+    budget: int
+    target: int
+    count: Callable[[Message], int]
+    measure: Callable[[int], int] = lambda raw: raw
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # 0: configured behaviour; 1: every phase allowed; 2: the keep window shrinks to the
+    # protected messages. Raised by the pipeline only while the view stays over budget.
+    pressure: int = 0
+    lineage: Lineage | None = None
+
+    def usage(self, messages: Iterable[Message]) -> int:
+        return self.measure(sum(self.count(m) for m in messages))
+
+    def option(self, name: str, default: Any) -> Any:
+        return self.options.get(name, default)
+
+    def keep_recent(self) -> int:
+        return 0 if self.pressure >= 2 else int(self.option("keep_recent", 2))
+
+
+StrategyResult = tuple[list[Message], list[CompactionEvent]]
+
+
+class Strategy(Protocol):
+    def __call__(self, messages: list[Message], ctx: Context) -> StrategyResult: ...
+
+
+class OverBudget(Exception):
+    """Even the smallest form the pipeline can make does not fit the budget."""
+
+    def __init__(self, needed: int, budget: int):
+        super().__init__(f"needs {needed} tokens, budget {budget}")
+        self.needed, self.budget = needed, budget
+
+
+class InvariantError(AssertionError):
+    """Compaction produced an invalid request: a bug in a strategy, never the client's fault."""
+
+
+# --- registry ------------------------------------------------------------------------------
+
+STRATEGIES: dict[str, Strategy] = {}
+
+
+def register(name: str) -> Callable[[Strategy], Strategy]:
+    def deco(fn: Strategy) -> Strategy:
+        STRATEGIES[name] = fn
+        return fn
+
+    return deco
+
+
+def unregister(name: str) -> None:
+    STRATEGIES.pop(name, None)
+
+
+def get(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        known = ", ".join(sorted(STRATEGIES))
+        raise KeyError(f"unknown compaction strategy {name!r} (known: {known})") from None
+
+
+# --- the loop every compacting strategy shares ------------------------------------------------
+
+# (current form, raw original) -> a smaller replacement, or None to leave the message alone.
+Transform = Callable[[Message, Message], "Message | None"]
+
+_MARKER = re.compile(
+    r"^\[(?:… [\d,]+ (?:similar )?lines? elided …|Truncated — [\d,]+ chars removed[^\]]*"
+    r"|Output of tool '.*' (?:folded|elided): .*|Assistant text folded: .*)\]$",
+    re.MULTILINE,
+)
+
+
+def looks_compacted(msg: Message) -> bool:
+    """A marker in the content: used only when no lineage says what the raw message was."""
+    text = text_of(msg)
+    return bool(text and _MARKER.search(text))
+
+
+def compact_until(
+    messages: list[Message],
+    ctx: Context,
+    candidates: Iterable[int],
+    transform: Transform,
+    *,
+    strategy: str,
+    phase: int | None = None,
+    reason: str,
+) -> StrategyResult:
+    """Replace candidates (oldest first) by their smaller forms until the view meets the target.
+
+    One event for the whole pass, none when nothing shrank. The input list is not modified.
+    """
+    out = list(messages)
+    raw = [ctx.count(m) for m in out]
+    total = sum(raw)
+    before = ctx.measure(total)
+    lineage = ctx.lineage or Lineage(messages)
+    iters = iterations(out)
+    touched: set[int] = set()
+    removed = 0
+    for i in candidates:
+        if ctx.measure(total) <= ctx.target:
+            break
+        if ctx.lineage is None and looks_compacted(out[i]):
+            continue  # never re-truncate: the marker's counts would drift
+        new = transform(out[i], lineage.origin(out[i]))
+        if new is None or (n := ctx.count(new)) >= raw[i]:
+            continue
+        lineage.derive(new, out[i])
+        removed += content_size(out[i]) - content_size(new)
+        total += n - raw[i]
+        raw[i], out[i] = n, new
+        touched.add(lineage.iteration(new, iters[i]))
+    if not touched:
+        return list(messages), []
+    after = ctx.measure(total)
+    event = CompactionEvent(strategy, phase, sorted(touched), before, after, removed, reason)
+    return out, [event]

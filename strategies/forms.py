@@ -1,0 +1,119 @@
+"""The compact forms of one message: truncated, folded to a placeholder, reduced to a skeleton.
+
+Every form is a pure function of the raw message, so it is byte-stable from turn to turn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from strategies.base import Message, canonical_json, original_ref, text_of, tool_calls, with_content
+from strategies.elide import render
+from strategies.evidence import evidence
+
+MAX_EVIDENCE_LINES = 40  # phase-1 keeps the last ones: the final error is nearest the end
+ARG_CHARS = 40
+_SHORTENED = re.compile(r"…\[\+[\d,]+ chars\]$")
+
+
+def _size(msg: Message) -> tuple[int, int] | None:
+    """(chars, lines) of the content, or None when there is no content to fold."""
+    content = msg.get("content")
+    if content is None or content == "" or content == []:
+        return None
+    text = text_of(msg)
+    text = text if text is not None else canonical_json(content)
+    return len(text), text.count("\n") + 1
+
+
+def folded_output(msg: Message, name: str) -> Message | None:
+    size = _size(msg)
+    if msg.get("role") != "tool" or size is None:
+        return None
+    chars, lines = size
+    return with_content(
+        msg,
+        f"[Output of tool '{name}' folded: {chars:,} chars, {lines:,} "
+        f"{'line' if lines == 1 else 'lines'}; original: {original_ref(msg)}]",
+    )
+
+
+def folded_text(msg: Message) -> Message | None:
+    """An assistant message whose text became a placeholder; its tool calls untouched."""
+    size = _size(msg)
+    if msg.get("role") != "assistant" or size is None:
+        return None
+    return with_content(msg, f"[Assistant text folded: {size[0]:,} chars; original: {original_ref(msg)}]")
+
+
+def truncated(msg: Message, head_chars: int) -> Message | None:
+    """Head of the output, its evidence lines and last line, and one marker with the total cut."""
+    text = text_of(msg)
+    if msg.get("role") != "tool" or text is None or len(text) <= head_chars + 120:
+        return None
+    lines = text.split("\n")
+    head, used = set(), 0
+    for i, line in enumerate(lines):
+        used += len(line) + 1
+        if used > head_chars:
+            break
+        head.add(i)
+    keep = head | set(sorted(evidence(lines))[-MAX_EVIDENCE_LINES:]) | _last_line(lines, head_chars)
+    parts = render(lines, keep, [False] * len(lines))
+    if not head:
+        # The first line alone is longer than the head: show its start rather than nothing.
+        parts.insert(0, lines[0][:head_chars])
+    kept = sum(len(lines[i]) + 1 for i in keep) + (0 if head else head_chars)
+    removed = max(len(text) - kept, 0)
+    note = f"[Truncated — {removed:,} chars removed; original: {original_ref(msg)}]"
+    return with_content(msg, "\n".join([*parts, note]))
+
+
+def _last_line(lines: list[str], limit: int) -> set[int]:
+    """The last non-blank line, which often holds the verdict (exit status, exception, summary)."""
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].strip():
+            return {i} if len(lines[i]) <= max(limit, 200) else set()
+    return set()
+
+
+def skeleton(msg: Message) -> Message | None:
+    """An assistant message with its text folded and long tool-call arguments shortened."""
+    if msg.get("role") != "assistant":
+        return None
+    new = folded_text(msg) or dict(msg)
+    calls = msg.get("tool_calls")
+    if tool_calls(msg) and isinstance(calls, list):
+        new["tool_calls"] = [_short_call(c) for c in calls]
+    return new if new != msg else None
+
+
+def _short_call(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+        return call
+    return {**call, "function": {**fn, "arguments": shorten_arguments(fn["arguments"])}}
+
+
+def shorten_arguments(arguments: str) -> str:
+    """Long string values shortened; the result stays valid JSON since templates parse it."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    short = json.dumps(_shorten(value), ensure_ascii=False, separators=(",", ":"))
+    return short if len(short) < len(arguments) else arguments
+
+
+def _shorten(value: Any) -> Any:
+    if isinstance(value, str):
+        if len(value) <= ARG_CHARS or _SHORTENED.search(value):
+            return value
+        return f"{value[:ARG_CHARS]}…[+{len(value) - ARG_CHARS:,} chars]"
+    if isinstance(value, dict):
+        return {k: _shorten(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shorten(v) for v in value]
+    return value

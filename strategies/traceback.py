@@ -1,0 +1,55 @@
+"""traceback: long tool outputs keep their error evidence verbatim; the rest becomes counted markers."""
+
+from __future__ import annotations
+
+from strategies.base import (
+    Context,
+    Message,
+    StrategyResult,
+    compact_until,
+    old_indexes,
+    original_ref,
+    register,
+    text_of,
+    tool_names,
+    with_content,
+)
+from strategies.elide import elide
+
+
+def elided(msg: Message, name: str, *, min_chars: int, head: int, tail: int) -> Message | None:
+    """The message with its output elided, or None if it is short or would not shrink."""
+    text = text_of(msg)
+    if msg.get("role") != "tool" or text is None or len(text) < min_chars:
+        return None
+    result = elide(text, head, tail)
+    if result is None:
+        return None
+    body, kept, total = result
+    header = (
+        f"[Output of tool '{name}' elided: kept {kept:,} of {total:,} lines "
+        f"({len(text):,} chars in full); original: {original_ref(msg)}]"
+    )
+    return with_content(msg, f"{header}\n{body}")
+
+
+@register("traceback")
+def traceback(messages: list[Message], ctx: Context) -> StrategyResult:
+    names = tool_names(messages)
+    opts = {
+        "min_chars": int(ctx.option("min_chars", 2000)),
+        "head": int(ctx.option("head_lines", 10)),
+        "tail": int(ctx.option("tail_lines", 10)),
+    }
+
+    def transform(current: Message, raw: Message) -> Message | None:
+        return elided(raw, names.get(raw.get("tool_call_id", ""), "?"), **opts)
+
+    return compact_until(
+        messages,
+        ctx,
+        old_indexes(messages, ctx.keep_recent()),
+        transform,
+        strategy="traceback",
+        reason="long tool outputs reduced to error evidence, head and tail",
+    )

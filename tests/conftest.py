@@ -1,0 +1,69 @@
+"""Shared fixtures: a scripted upstream and ctxproxy itself, both real uvicorn servers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.settings import Settings
+from tests.scripted import Script
+from tests.servers import ServerThread
+
+
+@pytest.fixture(scope="session")
+def scripted_server() -> Iterator[tuple[Script, ServerThread]]:
+    script = Script()
+    with ServerThread(script.app) as server:
+        yield script, server
+
+
+@pytest.fixture
+def script(scripted_server: tuple[Script, ServerThread]) -> Script:
+    script, _ = scripted_server
+    script.reset()
+    return script
+
+
+@pytest.fixture
+def upstream_url(scripted_server: tuple[Script, ServerThread]) -> str:
+    return scripted_server[1].url + "/v1"
+
+
+def make_settings(tmp_path: Path, upstream_url: str, **overrides: Any) -> Settings:
+    data: dict[str, Any] = {
+        "database_url": f"sqlite:///{tmp_path / 'ctxproxy.db'}",
+        "upstreams": [{"name": "scripted", "kind": "openai", "base_url": upstream_url,
+                       "api_key": "upstream-secret", "models": ["*"]}],
+    }
+    data.update(overrides)
+    return Settings(**data)
+
+
+@pytest.fixture
+def settings_for(tmp_path: Path, upstream_url: str) -> Callable[..., Settings]:
+    return lambda **overrides: make_settings(tmp_path, upstream_url, **overrides)
+
+
+@pytest.fixture
+def start_proxy() -> Iterator[Callable[[Settings], ServerThread]]:
+    servers: list[ServerThread] = []
+
+    from proxy.app import create_app
+
+    def start(settings: Settings) -> ServerThread:
+        server = ServerThread(create_app(settings)).__enter__()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__()
+
+
+@pytest.fixture
+def proxy(start_proxy: Callable[[Settings], ServerThread],
+          settings_for: Callable[..., Settings]) -> ServerThread:
+    return start_proxy(settings_for())

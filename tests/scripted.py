@@ -1,0 +1,188 @@
+"""A scripted OpenAI-compatible upstream for tests: the `model` name picks the behaviour.
+
+echo           answers "echo: <last user text>" (streams word by word when asked)
+gated          streams one chunk, then waits for `gate` before the rest (proves chunk relay)
+tools          answers with two parallel tool calls (streamed as deltas when asked)
+slow           streams 200 chunks 20 ms apart, recording whether the client went away
+fail-<code>    answers HTTP <code> with an OpenAI error body (429 adds Retry-After)
+reset          starts a stream, then drops the connection
+stall          starts a stream, then sends nothing
+hang           sends nothing at all, not even headers
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+class Script:
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.gate = threading.Event()
+        self.slow_finished: list[bool | None] = []  # per 'slow' stream, see _slow
+        self.app = Starlette(routes=[
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+            Route("/v1/models", self.models),
+        ])
+
+    def reset(self) -> None:
+        self.received.clear()
+        self.headers.clear()
+        self.slow_finished.clear()
+        self.gate.clear()
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": "echo", "object": "model", "owned_by": "scripted"},
+            {"id": "tools", "object": "model", "owned_by": "scripted"},
+        ]})
+
+    async def completions(self, request: Request) -> Response:
+        body = await request.json()
+        self.received.append(body)
+        return JSONResponse({"object": "text_completion", "model": body["model"],
+                             "choices": [{"index": 0, "text": "done", "finish_reason": "stop"}]})
+
+    async def embeddings(self, request: Request) -> Response:
+        body = await request.json()
+        self.received.append(body)
+        return JSONResponse({"object": "list", "model": body["model"],
+                             "data": [{"object": "embedding", "index": 0,
+                                       "embedding": [0.1, 0.2]}]})
+
+    async def chat(self, request: Request) -> Response:
+        body = await request.json()
+        self.received.append(body)
+        self.headers.append(dict(request.headers))
+        model, stream = body["model"], bool(body.get("stream"))
+        if model.startswith("fail-"):
+            code = int(model.removeprefix("fail-"))
+            headers = {"retry-after": "7"} if code == 429 else None
+            err = {"error": {"message": f"scripted failure {code}", "type": "scripted",
+                             "param": None, "code": code}}
+            return JSONResponse(err, status_code=code, headers=headers)
+        if model == "hang":
+            await asyncio.sleep(3600)
+        if model == "tools":
+            return self._tools(body, stream)
+        text = "echo: " + last_user_text(body["messages"])
+        if not stream:
+            return JSONResponse(completion(model, text, body))
+        source = {"gated": self._gated, "slow": self._slow, "reset": self._reset,
+                  "stall": self._stall}.get(model, self._words)
+        return StreamingResponse(source(model, text, body), media_type="text/event-stream")
+
+    def _tools(self, body: dict[str, Any], stream: bool) -> Response:
+        calls = [
+            {"id": "call_a", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"id": "call_b", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+        ]
+        if not stream:
+            msg = {"role": "assistant", "content": None, "tool_calls": calls}
+            return JSONResponse(completion("tools", None, body, message=msg,
+                                           finish="tool_calls"))
+        return StreamingResponse(self._tool_deltas(calls), media_type="text/event-stream")
+
+    async def _tool_deltas(self, calls: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+        yield sse(chunk("tools", {"role": "assistant", "content": None}))
+        for i, call in enumerate(calls):
+            head = {"index": i, "id": call["id"], "type": "function",
+                    "function": {"name": call["function"]["name"], "arguments": ""}}
+            yield sse(chunk("tools", {"tool_calls": [head]}))
+            args = call["function"]["arguments"]
+            for part in (args[: len(args) // 2], args[len(args) // 2:]):
+                yield sse(chunk("tools", {"tool_calls": [
+                    {"index": i, "function": {"arguments": part}}]}))
+        yield sse(chunk("tools", {}, finish="tool_calls"))
+        yield b"data: [DONE]\n\n"
+
+    async def _words(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        yield sse(chunk(model, {"role": "assistant", "content": ""}))
+        for word in text.split(" "):
+            yield sse(chunk(model, {"content": word + " "}))
+            await asyncio.sleep(0.001)
+        yield sse(chunk(model, {}, finish="stop"))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield sse({**chunk(model, {}), "choices": [], "usage": usage(body, text)})
+        yield b"data: [DONE]\n\n"
+
+    async def _gated(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        yield sse(chunk(model, {"role": "assistant", "content": "first"}))
+        released = await asyncio.to_thread(self.gate.wait, 10)
+        yield sse(chunk(model, {"content": " second" if released else " timeout"}))
+        yield sse(chunk(model, {}, finish="stop"))
+        yield b"data: [DONE]\n\n"
+
+    async def _slow(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        index = len(self.slow_finished)
+        self.slow_finished.append(None)
+        try:
+            for i in range(200):
+                yield sse(chunk(model, {"content": f"{i} "}))
+                await asyncio.sleep(0.02)
+            yield b"data: [DONE]\n\n"
+        finally:
+            # None while running; True if sent in full; False if the reader went away.
+            self.slow_finished[index] = sys.exc_info()[0] is None
+
+    async def _reset(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        yield sse(chunk(model, {"role": "assistant", "content": "partial"}))
+        await asyncio.sleep(0.05)
+        raise ConnectionResetError("scripted reset")
+
+    async def _stall(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        yield sse(chunk(model, {"role": "assistant", "content": "partial"}))
+        await asyncio.sleep(3600)
+
+
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    for msg in reversed(messages):
+        if msg["role"] == "user":
+            content = msg.get("content")
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if p.get("type") == "text")
+            return content or ""
+    return ""
+
+
+def usage(body: dict[str, Any], text: str | None) -> dict[str, int]:
+    prompt = len(json.dumps(body["messages"])) // 4
+    out = len(text or "") // 4
+    return {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}
+
+
+def completion(model: str, text: str | None, body: dict[str, Any], *,
+               message: dict[str, Any] | None = None, finish: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": finish,
+                     "message": message or {"role": "assistant", "content": text}}],
+        "usage": usage(body, text),
+    }
+
+
+def chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "chatcmpl-scripted", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
