@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from proxy.errors import ProxyError, error_body
-from proxy.routes import chat, health, models, passthrough
+from proxy.routes import audit, chat, health, models, passthrough
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.tokens import TokenCounter
@@ -56,6 +56,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
 
     app = FastAPI(title="ctxproxy", version="0.1.0", lifespan=lifespan)
     app.include_router(health.router)
+    app.include_router(audit.router)
     app.include_router(chat.router)
     app.include_router(models.router)
     app.include_router(passthrough.router)
@@ -72,15 +73,19 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in err["loc"])
-        body = error_body(f"Invalid request: {where}: {err['msg']}", "invalid_request_error",
-                          where or None)
+        body = error_body(
+            f"Invalid request: {where}: {err['msg']}", "invalid_request_error", where or None
+        )
         return JSONResponse(body, status_code=400)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            error_body(str(exc.detail), kind),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

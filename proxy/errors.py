@@ -4,6 +4,7 @@ ProxyError
  ├── BadRequest               400 invalid_request_error
  │    └── ContextLengthExceeded   400 code=context_length_exceeded
  ├── Unauthorized             401 authentication_error
+ ├── Forbidden                403 permission_error
  ├── NotFound                 404 (ModelNotFound: code=model_not_found)
  ├── PayloadTooLarge          413
  ├── UpstreamUnavailable      502 upstream_error
@@ -56,6 +57,12 @@ class Unauthorized(ProxyError):
     code = "invalid_api_key"
 
 
+class Forbidden(ProxyError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
+
+
 class NotFound(ProxyError):
     status = 404
     type = "invalid_request_error"
@@ -66,8 +73,9 @@ class ModelNotFound(NotFound):
     code = "model_not_found"
 
     def __init__(self, model: str):
-        super().__init__(f"The model '{model}' does not exist or no upstream serves it.",
-                         param="model")
+        super().__init__(
+            f"The model '{model}' does not exist or no upstream serves it.", param="model"
+        )
 
 
 class PayloadTooLarge(ProxyError):

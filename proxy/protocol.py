@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from proxy.errors import BadRequest
 
+
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 

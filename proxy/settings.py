@@ -49,6 +49,7 @@ class TracebackSettings(_Strict):
     min_chars: int = Field(2000, ge=0)
     head_lines: int = Field(10, ge=0)
     tail_lines: int = Field(10, ge=0)
+    keep_recent: int = Field(2, ge=0)
 
 
 class TieredSettings(_Strict):

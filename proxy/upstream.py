@@ -16,15 +16,22 @@ log = logging.getLogger("ctxproxy.upstream")
 
 # Hop-by-hop and length headers are the transport's business, not the client's.
 _DROP_RESPONSE_HEADERS = {
-    "connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding",
-    "server", "date",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "content-encoding",
+    "server",
+    "date",
 }
 
 
 def timeout_for(upstream: Upstream) -> httpx.Timeout:
     return httpx.Timeout(
-        connect=upstream.connect_timeout, read=upstream.read_timeout,
-        write=upstream.read_timeout, pool=upstream.connect_timeout,
+        connect=upstream.connect_timeout,
+        read=upstream.read_timeout,
+        write=upstream.read_timeout,
+        pool=upstream.connect_timeout,
     )
 
 
@@ -62,8 +69,13 @@ async def send(
     if content is not None:
         headers["content-type"] = "application/json"
     req = client.build_request(
-        method, upstream.base_url + path, json=json, content=content, params=params,
-        headers=headers, timeout=timeout_for(upstream),
+        method,
+        upstream.base_url + path,
+        json=json,
+        content=content,
+        params=params,
+        headers=headers,
+        timeout=timeout_for(upstream),
     )
     try:
         return await client.send(req, stream=stream)

@@ -52,8 +52,12 @@ async def discover(client: httpx.AsyncClient, upstream: Upstream, model: str) ->
         match = next((m for m in models if m.get("id") == model), models[0] if models else {})
         return _positive(match.get("max_model_len"))
     if upstream.kind == "ollama":
-        r = await client.post(up.server_root(upstream) + "/api/show", json={"model": model},
-                              headers=up.request_headers(upstream), timeout=5.0)
+        r = await client.post(
+            up.server_root(upstream) + "/api/show",
+            json={"model": model},
+            headers=up.request_headers(upstream),
+            timeout=5.0,
+        )
         r.raise_for_status()
         info = r.json().get("model_info") or {}
         arch = info.get("general.architecture", "")

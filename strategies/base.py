@@ -44,7 +44,9 @@ def text_of(msg: Message) -> str | None:
 
 
 def _is_text_part(part: Any) -> bool:
-    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+    return (
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+    )
 
 
 def content_size(msg: Message) -> int:
@@ -145,21 +147,54 @@ class Lineage:
     """
 
     def __init__(self, raw: Sequence[Message]):
-        self._origin: dict[int, tuple[Message, Message]] = {}
+        self._origin: dict[int, tuple[Message, Message, str]] = {}
         self._iteration: dict[int, int] = {}
-        for msg, it in zip(raw, iterations(raw), strict=True):
+        self._forms: dict[tuple[int, str], Message | None] = {}
+        self._index: dict[int, int] = {}
+        for i, (msg, it) in enumerate(zip(raw, iterations(raw), strict=True)):
             self._iteration[id(msg)] = it
+            self._index[id(msg)] = i
 
     def origin(self, msg: Message) -> Message:
         entry = self._origin.get(id(msg))
         return entry[1] if entry else msg
 
-    def derive(self, new: Message, old: Message) -> Message:
-        self._origin[id(new)] = (new, self.origin(old))
+    def index(self, msg: Message) -> int:
+        """Position of the raw message this one stands for."""
+        return self._index[id(self.origin(msg))]
+
+    def label(self, msg: Message) -> str | None:
+        """Which strategy pass made this form, None for a raw message."""
+        entry = self._origin.get(id(msg))
+        return entry[2] if entry else None
+
+    def derive(self, new: Message, old: Message, label: str) -> Message:
+        self._origin[id(new)] = (new, self.origin(old), label)
         return new
+
+    def form(self, raw: Message, label: str, make: Callable[[], Message | None]) -> Message | None:
+        """A form is computed once per compile, however often the pipeline fires."""
+        key = (id(raw), label)
+        if key not in self._forms:
+            self._forms[key] = make()
+        return self._forms[key]
 
     def iteration(self, msg: Message, fallback: int) -> int:
         return self._iteration.get(id(self.origin(msg)), fallback)
+
+
+def memoize(count: Callable[[Message], int]) -> Callable[[Message], int]:
+    """Counts by object identity for one compile: the replay asks about the same dicts many
+    times, and hashing a large message for a shared cache costs more than a dict lookup."""
+    seen: dict[int, tuple[Message, int]] = {}
+
+    def counted(msg: Message) -> int:
+        hit = seen.get(id(msg))
+        if hit is None:
+            hit = seen[id(msg)] = (msg, count(msg))  # holding msg keeps its id unique
+        return hit[1]
+
+    return counted
 
 
 # --- context and protocol ------------------------------------------------------------------
@@ -255,6 +290,9 @@ def looks_compacted(msg: Message) -> bool:
     return bool(text and _MARKER.search(text))
 
 
+MIN_GAIN = 0.9  # a new form must cut at least a tenth of the message's tokens
+
+
 def compact_until(
     messages: list[Message],
     ctx: Context,
@@ -274,18 +312,21 @@ def compact_until(
     total = sum(raw)
     before = ctx.measure(total)
     lineage = ctx.lineage or Lineage(messages)
+    label = strategy if phase is None else f"{strategy}:{phase}"
     iters = iterations(out)
     touched: set[int] = set()
     removed = 0
     for i in candidates:
         if ctx.measure(total) <= ctx.target:
             break
-        if ctx.lineage is None and looks_compacted(out[i]):
+        cur = out[i]
+        if lineage.label(cur) == label or (ctx.lineage is None and looks_compacted(cur)):
             continue  # never re-truncate: the marker's counts would drift
-        new = transform(out[i], lineage.origin(out[i]))
-        if new is None or (n := ctx.count(new)) >= raw[i]:
-            continue
-        lineage.derive(new, out[i])
+        origin = lineage.origin(cur)
+        new = lineage.form(origin, label, lambda c=cur, o=origin: transform(c, o))
+        if new is None or (n := ctx.count(new)) > MIN_GAIN * raw[i]:
+            continue  # a marginal gain is not worth changing a message the prefix cache holds
+        lineage.derive(new, cur, label)
         removed += content_size(out[i]) - content_size(new)
         total += n - raw[i]
         raw[i], out[i] = n, new

@@ -88,4 +88,3 @@ def elide(text: str, head: int, tail: int) -> tuple[str, int, int] | None:
     if len(body) > 0.9 * len(text):
         return None
     return body, len(keep), len(lines)
-

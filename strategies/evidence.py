@@ -70,13 +70,26 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     # Python, including chained exceptions and exception groups.
-    Rule("python", re.compile(r"^[\s|+]*(?:Traceback \(most recent call last\):|"
-                              r"Exception Group Traceback)"), _python_traceback),
-    Rule("python", re.compile(r"^(?:During handling of the above exception|"
-                              r"The above exception was the direct cause)")),
+    Rule(
+        "python",
+        re.compile(
+            r"^[\s|+]*(?:Traceback \(most recent call last\):|"
+            r"Exception Group Traceback)"
+        ),
+        _python_traceback,
+    ),
+    Rule(
+        "python",
+        re.compile(
+            r"^(?:During handling of the above exception|"
+            r"The above exception was the direct cause)"
+        ),
+    ),
     # pytest
     Rule("pytest", re.compile(r"^_{3,} .+ _{3,}$")),
-    Rule("pytest", re.compile(r"^>\s"), _following(2, lambda s: bool(re.match(r"^\s+[\^~]+\s*$", s)))),
+    Rule(
+        "pytest", re.compile(r"^>\s"), _following(2, lambda s: bool(re.match(r"^\s+[\^~]+\s*$", s)))
+    ),
     Rule("pytest", re.compile(r"^E\s")),
     Rule("pytest", re.compile(r"^[\w./\\-]+\.py:\d+: \w+$")),
     Rule("pytest", re.compile(r"^={3,} short test summary info ={3,}$")),
@@ -100,8 +113,11 @@ RULES: tuple[Rule, ...] = (
     Rule("cc", re.compile(r"^\S[^:]*: In (?:function|member function|instantiation) ")),
     Rule("cc", re.compile(r"required from here$|undefined reference to |^collect2: error: ")),
     Rule("cc", re.compile(r"^make(?:\[\d+\])?: \*\*\* ")),
-    Rule("ts", re.compile(r"^\S+\(\d+,\d+\): error TS\d+: |^\S+:\d+:\d+ - error TS\d+: "),
-         _code_frame(4)),
+    Rule(
+        "ts",
+        re.compile(r"^\S+\(\d+,\d+\): error TS\d+: |^\S+:\d+:\d+ - error TS\d+: "),
+        _code_frame(4),
+    ),
     # Log levels that say something failed, whatever the language.
     Rule("log", re.compile(r"\b(?:ERROR|FATAL|CRITICAL|PANIC)\b|^(?:error|fatal): ")),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from strategies.base import Message, canonical_json, original_ref, text_of, tool_calls, with_content
@@ -45,7 +46,9 @@ def folded_text(msg: Message) -> Message | None:
     size = _size(msg)
     if msg.get("role") != "assistant" or size is None:
         return None
-    return with_content(msg, f"[Assistant text folded: {size[0]:,} chars; original: {original_ref(msg)}]")
+    return with_content(
+        msg, f"[Assistant text folded: {size[0]:,} chars; original: {original_ref(msg)}]"
+    )
 
 
 def truncated(msg: Message, head_chars: int) -> Message | None:
@@ -53,6 +56,14 @@ def truncated(msg: Message, head_chars: int) -> Message | None:
     text = text_of(msg)
     if msg.get("role") != "tool" or text is None or len(text) <= head_chars + 120:
         return None
+    body, removed = _truncate(text, head_chars)
+    note = f"[Truncated — {removed:,} chars removed; original: {original_ref(msg)}]"
+    return with_content(msg, f"{body}\n{note}")
+
+
+@lru_cache(maxsize=4096)
+def _truncate(text: str, head_chars: int) -> tuple[str, int]:
+    """Cached: an old output is truncated again on every turn of a session."""
     lines = text.split("\n")
     head, used = set(), 0
     for i, line in enumerate(lines):
@@ -66,9 +77,7 @@ def truncated(msg: Message, head_chars: int) -> Message | None:
         # The first line alone is longer than the head: show its start rather than nothing.
         parts.insert(0, lines[0][:head_chars])
     kept = sum(len(lines[i]) + 1 for i in keep) + (0 if head else head_chars)
-    removed = max(len(text) - kept, 0)
-    note = f"[Truncated — {removed:,} chars removed; original: {original_ref(msg)}]"
-    return with_content(msg, "\n".join([*parts, note]))
+    return "\n".join(parts), max(len(text) - kept, 0)
 
 
 def _last_line(lines: list[str], limit: int) -> set[int]:

@@ -35,8 +35,15 @@ def upstream_url(scripted_server: tuple[Script, ServerThread]) -> str:
 def make_settings(tmp_path: Path, upstream_url: str, **overrides: Any) -> Settings:
     data: dict[str, Any] = {
         "database_url": f"sqlite:///{tmp_path / 'ctxproxy.db'}",
-        "upstreams": [{"name": "scripted", "kind": "openai", "base_url": upstream_url,
-                       "api_key": "upstream-secret", "models": ["*"]}],
+        "upstreams": [
+            {
+                "name": "scripted",
+                "kind": "openai",
+                "base_url": upstream_url,
+                "api_key": "upstream-secret",
+                "models": ["*"],
+            }
+        ],
     }
     data.update(overrides)
     return Settings(**data)
@@ -64,6 +71,7 @@ def start_proxy() -> Iterator[Callable[[Settings], ServerThread]]:
 
 
 @pytest.fixture
-def proxy(start_proxy: Callable[[Settings], ServerThread],
-          settings_for: Callable[..., Settings]) -> ServerThread:
+def proxy(
+    start_proxy: Callable[[Settings], ServerThread], settings_for: Callable[..., Settings]
+) -> ServerThread:
     return start_proxy(settings_for())

@@ -29,42 +29,61 @@ from starlette.routing import Route
 class Script:
     def __init__(self) -> None:
         self.received: list[dict[str, Any]] = []
+        self.raw: list[bytes] = []
         self.headers: list[dict[str, str]] = []
         self.gate = threading.Event()
         self.slow_finished: list[bool | None] = []  # per 'slow' stream, see _slow
-        self.app = Starlette(routes=[
-            Route("/v1/chat/completions", self.chat, methods=["POST"]),
-            Route("/v1/completions", self.completions, methods=["POST"]),
-            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
-            Route("/v1/models", self.models),
-        ])
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+                Route("/v1/models", self.models),
+            ]
+        )
 
     def reset(self) -> None:
         self.received.clear()
+        self.raw.clear()
         self.headers.clear()
         self.slow_finished.clear()
         self.gate.clear()
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": "echo", "object": "model", "owned_by": "scripted"},
-            {"id": "tools", "object": "model", "owned_by": "scripted"},
-        ]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": "echo", "object": "model", "owned_by": "scripted"},
+                    {"id": "tools", "object": "model", "owned_by": "scripted"},
+                ],
+            }
+        )
 
     async def completions(self, request: Request) -> Response:
         body = await request.json()
         self.received.append(body)
-        return JSONResponse({"object": "text_completion", "model": body["model"],
-                             "choices": [{"index": 0, "text": "done", "finish_reason": "stop"}]})
+        return JSONResponse(
+            {
+                "object": "text_completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "text": "done", "finish_reason": "stop"}],
+            }
+        )
 
     async def embeddings(self, request: Request) -> Response:
         body = await request.json()
         self.received.append(body)
-        return JSONResponse({"object": "list", "model": body["model"],
-                             "data": [{"object": "embedding", "index": 0,
-                                       "embedding": [0.1, 0.2]}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "model": body["model"],
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
+            }
+        )
 
     async def chat(self, request: Request) -> Response:
+        self.raw.append(await request.body())
         body = await request.json()
         self.received.append(body)
         self.headers.append(dict(request.headers))
@@ -72,8 +91,14 @@ class Script:
         if model.startswith("fail-"):
             code = int(model.removeprefix("fail-"))
             headers = {"retry-after": "7"} if code == 429 else None
-            err = {"error": {"message": f"scripted failure {code}", "type": "scripted",
-                             "param": None, "code": code}}
+            err = {
+                "error": {
+                    "message": f"scripted failure {code}",
+                    "type": "scripted",
+                    "param": None,
+                    "code": code,
+                }
+            }
             return JSONResponse(err, status_code=code, headers=headers)
         if model == "hang":
             await asyncio.sleep(3600)
@@ -82,33 +107,50 @@ class Script:
         text = "echo: " + last_user_text(body["messages"])
         if not stream:
             return JSONResponse(completion(model, text, body))
-        source = {"gated": self._gated, "slow": self._slow, "reset": self._reset,
-                  "stall": self._stall}.get(model, self._words)
+        source = {
+            "gated": self._gated,
+            "slow": self._slow,
+            "reset": self._reset,
+            "stall": self._stall,
+        }.get(model, self._words)
         return StreamingResponse(source(model, text, body), media_type="text/event-stream")
 
     def _tools(self, body: dict[str, Any], stream: bool) -> Response:
+        # Ids stay unique across an agent loop's turns: numbered by the answers so far.
+        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        suffix = f"_{turn}" if turn else ""
         calls = [
-            {"id": "call_a", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-            {"id": "call_b", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+            {
+                "id": "call_a" + suffix,
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            },
+            {
+                "id": "call_b" + suffix,
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+            },
         ]
         if not stream:
             msg = {"role": "assistant", "content": None, "tool_calls": calls}
-            return JSONResponse(completion("tools", None, body, message=msg,
-                                           finish="tool_calls"))
+            return JSONResponse(completion("tools", None, body, message=msg, finish="tool_calls"))
         return StreamingResponse(self._tool_deltas(calls), media_type="text/event-stream")
 
     async def _tool_deltas(self, calls: list[dict[str, Any]]) -> AsyncIterator[bytes]:
         yield sse(chunk("tools", {"role": "assistant", "content": None}))
         for i, call in enumerate(calls):
-            head = {"index": i, "id": call["id"], "type": "function",
-                    "function": {"name": call["function"]["name"], "arguments": ""}}
+            head = {
+                "index": i,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
             yield sse(chunk("tools", {"tool_calls": [head]}))
             args = call["function"]["arguments"]
-            for part in (args[: len(args) // 2], args[len(args) // 2:]):
-                yield sse(chunk("tools", {"tool_calls": [
-                    {"index": i, "function": {"arguments": part}}]}))
+            for part in (args[: len(args) // 2], args[len(args) // 2 :]):
+                yield sse(
+                    chunk("tools", {"tool_calls": [{"index": i, "function": {"arguments": part}}]})
+                )
         yield sse(chunk("tools", {}, finish="tool_calls"))
         yield b"data: [DONE]\n\n"
 
@@ -167,21 +209,38 @@ def usage(body: dict[str, Any], text: str | None) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}
 
 
-def completion(model: str, text: str | None, body: dict[str, Any], *,
-               message: dict[str, Any] | None = None, finish: str = "stop") -> dict[str, Any]:
+def completion(
+    model: str,
+    text: str | None,
+    body: dict[str, Any],
+    *,
+    message: dict[str, Any] | None = None,
+    finish: str = "stop",
+) -> dict[str, Any]:
     return {
-        "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "finish_reason": finish,
-                     "message": message or {"role": "assistant", "content": text}}],
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": finish,
+                "message": message or {"role": "assistant", "content": text},
+            }
+        ],
         "usage": usage(body, text),
     }
 
 
 def chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"id": "chatcmpl-scripted", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 def sse(data: dict[str, Any]) -> bytes:

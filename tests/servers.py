@@ -19,8 +19,15 @@ def free_port() -> int:
 class ServerThread:
     def __init__(self, app: Any, port: int | None = None, **config: Any):
         self.port = port or free_port()
-        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                             lifespan="on", timeout_graceful_shutdown=2, **config)
+        cfg = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+            **config,
+        )
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

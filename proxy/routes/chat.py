@@ -37,8 +37,9 @@ async def chat_completions(
     key = identify(request.headers.get("x-session-id"), session, body)
     window = await services.windows.window(upstream, chat.model)
     try:
-        compiled = compile_request(body, window=window, settings=services.settings.compaction,
-                                   counter=services.counter)
+        compiled = compile_request(
+            body, window=window, settings=services.settings.compaction, counter=services.counter
+        )
     except ContextLengthExceeded as exc:
         await turn.record(key, body, upstream.name, None)
         await turn.finish(status=exc.status, error=exc.body()["error"])
@@ -50,15 +51,24 @@ async def chat_completions(
         # Ollama silently truncates to its num_ctx: make it the window we compiled for.
         outgoing["options"] = {"num_ctx": window, **(body.get("options") or {})}
     try:
-        r = await up.send(services.client, upstream, "POST", "/chat/completions",
-                          json=outgoing, stream=bool(chat.stream))
+        r = await up.send(
+            services.client,
+            upstream,
+            "POST",
+            "/chat/completions",
+            json=outgoing,
+            stream=bool(chat.stream),
+        )
     except ProxyError as exc:
         await turn.finish(status=exc.status, error=exc.body()["error"])
         raise
     if chat.stream and r.status_code < 400 and _is_event_stream(r):
-        return StreamingResponse(turn.relay(r, upstream), r.status_code,
-                                 up.response_headers(r) | headers,
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            turn.relay(r, upstream),
+            r.status_code,
+            up.response_headers(r) | headers,
+            media_type="text/event-stream",
+        )
     await r.aread()
     await r.aclose()
     await turn.finish_from_json(r)
@@ -74,12 +84,18 @@ class Turn:
         self.started = started
         self.ref: RequestRef | None = None
 
-    async def record(self, key: Any, body: dict[str, Any], upstream: str,
-                     compiled: Compiled | None) -> None:
+    async def record(
+        self, key: Any, body: dict[str, Any], upstream: str, compiled: Compiled | None
+    ) -> None:
         self.ref = await run_in_threadpool(
-            self.store.record_request, key.id, source=key.source,
-            messages=body["messages"], request={k: v for k, v in body.items() if k != "messages"},
-            model=body["model"], upstream=upstream, stream=bool(body.get("stream")),
+            self.store.record_request,
+            key.id,
+            source=key.source,
+            messages=body["messages"],
+            request={k: v for k, v in body.items() if k != "messages"},
+            model=body["model"],
+            upstream=upstream,
+            stream=bool(body.get("stream")),
             compiled=compiled.messages if compiled else [],
             tokens_original=compiled.tokens_original if compiled else 0,
             tokens_compiled=compiled.tokens_compiled if compiled else 0,
@@ -89,17 +105,29 @@ class Turn:
             events=[e.to_dict() for e in compiled.events] if compiled else [],
         )
 
-    async def finish(self, *, status: int, response: dict[str, Any] | None = None,
-                     partial: bool = False, usage: dict[str, Any] | None = None,
-                     error: dict[str, Any] | None = None, first: float | None = None) -> None:
+    async def finish(
+        self,
+        *,
+        status: int,
+        response: dict[str, Any] | None = None,
+        partial: bool = False,
+        usage: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        first: float | None = None,
+    ) -> None:
         if self.ref is None:
             return
         now = time.monotonic()
         await run_in_threadpool(
-            self.store.finish_exchange, self.ref, status=status,
+            self.store.finish_exchange,
+            self.ref,
+            status=status,
             latency_ms=(now - self.started) * 1000,
             ttft_ms=None if first is None else (first - self.started) * 1000,
-            response=response, partial=partial, usage=usage, error=error,
+            response=response,
+            partial=partial,
+            usage=usage,
+            error=error,
         )
 
     async def finish_from_json(self, r: httpx.Response) -> None:
@@ -111,8 +139,12 @@ class Turn:
         choices = data.get("choices") or [{}]
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
         error = data.get("error") if r.status_code >= 400 else None
-        await self.finish(status=r.status_code, response=message, usage=data.get("usage"),
-                          error=error if isinstance(error, dict) else None)
+        await self.finish(
+            status=r.status_code,
+            response=message,
+            usage=data.get("usage"),
+            error=error if isinstance(error, dict) else None,
+        )
 
     async def relay(self, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
         answer, first = StreamAssembler(), None
@@ -126,9 +158,12 @@ class Turn:
             # write so the partial answer is still recorded.
             with anyio.CancelScope(shield=True):
                 await self.finish(
-                    status=r.status_code, response=answer.message(), usage=answer.usage,
+                    status=r.status_code,
+                    response=answer.message(),
+                    usage=answer.usage,
                     partial=not answer.done or answer.error is not None,
-                    error=answer.error, first=first,
+                    error=answer.error,
+                    first=first,
                 )
 
 

@@ -32,8 +32,9 @@ async def readyz(services: ServicesDep) -> JSONResponse:
 
 async def _probe(client: httpx.AsyncClient, upstream: Upstream) -> str:
     try:
-        r = await client.get(upstream.base_url + "/models", headers=up.request_headers(upstream),
-                             timeout=2.0)
+        r = await client.get(
+            upstream.base_url + "/models", headers=up.request_headers(upstream), timeout=2.0
+        )
     except httpx.HTTPError as exc:
         return f"unreachable: {type(exc).__name__}"
     return "ok" if r.status_code == 200 else f"http {r.status_code}"

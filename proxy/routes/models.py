@@ -24,8 +24,11 @@ async def list_models(services: ServicesDep, session: str | None = None) -> dict
     listed = await asyncio.gather(*(_models_of(services.client, u) for u in ups))
     seen: dict[str, dict[str, Any]] = {}
     for upstream, models in zip(ups, listed, strict=True):
-        named = [{"id": m, "object": "model", "owned_by": upstream.name}
-                 for m in upstream.models if m != "*"]
+        named = [
+            {"id": m, "object": "model", "owned_by": upstream.name}
+            for m in upstream.models
+            if m != "*"
+        ]
         for model in models + named:
             seen.setdefault(model["id"], model)
     return {"object": "list", "data": list(seen.values())}

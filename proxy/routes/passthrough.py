@@ -29,8 +29,13 @@ async def passthrough(
     if upstream is None:
         raise ModelNotFound(model) if model else NotFound("No upstream is configured")
     r = await up.send(
-        services.client, upstream, request.method, "/" + path, content=raw or None,
-        params=request.query_params, stream=True,
+        services.client,
+        upstream,
+        request.method,
+        "/" + path,
+        content=raw or None,
+        params=request.query_params,
+        stream=True,
     )
     if "text/event-stream" in r.headers.get("content-type", ""):
         return StreamingResponse(up.relay(r, upstream), r.status_code, up.response_headers(r))

@@ -32,8 +32,10 @@ class Proxy:
         self.port = free_port()
         self.log = cwd / f"proxy-{self.port}.log"
         self.proc = subprocess.Popen(
-            [CTXPROXY, *args, "--port", str(self.port)], cwd=cwd,
-            stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+            [CTXPROXY, *args, "--port", str(self.port)],
+            cwd=cwd,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
         self.url = f"http://127.0.0.1:{self.port}"
@@ -80,7 +82,8 @@ def test_serve_answers_and_stops_cleanly(serve, tmp_path: Path) -> None:
 def test_bad_config_fails_at_start_naming_the_key(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("listen: {port: 8080}\ncompaction: {pipline: [tiered]}\n")
-    out = subprocess.run([CTXPROXY, "serve", "--config", str(cfg)], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [CTXPROXY, "serve", "--config", str(cfg)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2
     assert "compaction.pipline" in out.stderr and "Traceback" not in out.stderr

@@ -32,7 +32,8 @@ async def test_plain_and_streaming_chat_async(proxy: ServerThread, script: Scrip
     r = await aclient.chat.completions.create(model="echo", messages=HELLO)
     assert r.choices[0].message.content == "echo: hello there"
     stream = await aclient.chat.completions.create(
-        model="echo", messages=HELLO, stream=True, stream_options={"include_usage": True})
+        model="echo", messages=HELLO, stream=True, stream_options={"include_usage": True}
+    )
     pieces, usage = [], None
     async for event in stream:
         pieces += [c.delta.content or "" for c in event.choices]
@@ -43,13 +44,21 @@ async def test_plain_and_streaming_chat_async(proxy: ServerThread, script: Scrip
 
 
 def test_unknown_fields_and_parts_pass_through(proxy: ServerThread, script: Script) -> None:
-    messages = [{"role": "user", "content": [
-        {"type": "text", "text": "what is this"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
-    ]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is this"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            ],
+        }
+    ]
     client(proxy).chat.completions.create(
-        model="echo", messages=messages, response_format={"type": "json_object"},
-        tool_choice="none", extra_body={"top_k": 7, "cache_prompt": True, "nested": {"a": [1]}},
+        model="echo",
+        messages=messages,
+        response_format={"type": "json_object"},
+        tool_choice="none",
+        extra_body={"top_k": 7, "cache_prompt": True, "nested": {"a": [1]}},
     )
     sent = script.received[-1]
     assert sent["messages"] == messages
@@ -78,9 +87,15 @@ def test_first_chunk_arrives_before_upstream_sends_second(
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_parallel_tool_calls_relayed(proxy: ServerThread, script: Script, stream: bool) -> None:
-    tools = [{"type": "function", "function": {
-        "name": "get_weather", "parameters": {"type": "object",
-                                              "properties": {"city": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
     c = client(proxy)
     kwargs = dict(model="tools", messages=HELLO, tools=tools, parallel_tool_calls=True)
     if not stream:
@@ -95,8 +110,10 @@ def test_parallel_tool_calls_relayed(proxy: ServerThread, script: Script, stream
                 slot[1] += (d.function.name or "") if d.function else ""
                 slot[2] += (d.function.arguments or "") if d.function else ""
         got = [tuple(acc[i]) for i in sorted(acc)]
-    assert got == [("call_a", "get_weather", '{"city": "Paris"}'),
-                   ("call_b", "get_weather", '{"city": "Oslo"}')]
+    assert got == [
+        ("call_a", "get_weather", '{"city": "Paris"}'),
+        ("call_b", "get_weather", '{"city": "Oslo"}'),
+    ]
     assert script.received[-1]["tools"] == tools
     assert script.received[-1]["parallel_tool_calls"] is True
 
@@ -105,9 +122,17 @@ def test_tool_results_in_history_forwarded(proxy: ServerThread, script: Script) 
     messages = [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_a", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_a",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_a", "content": "sunny"},
     ]
     client(proxy).chat.completions.create(model="echo", messages=messages)
@@ -115,8 +140,12 @@ def test_tool_results_in_history_forwarded(proxy: ServerThread, script: Script) 
 
 
 def test_client_disconnect_frees_upstream_stream(proxy: ServerThread, script: Script) -> None:
-    with httpx.stream("POST", proxy.url + "/v1/chat/completions", timeout=10,
-                      json={"model": "slow", "messages": HELLO, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        proxy.url + "/v1/chat/completions",
+        timeout=10,
+        json={"model": "slow", "messages": HELLO, "stream": True},
+    ) as r:
         assert next(r.iter_lines()).startswith("data: ")
     # The full stream takes 4 s; a proxy that lets go of the upstream ends it well before.
     deadline = time.monotonic() + 3
@@ -147,14 +176,17 @@ def test_invalid_json_is_400(proxy: ServerThread) -> None:
     assert_envelope(r, 400)
 
 
-@pytest.mark.parametrize("body", [
-    {"messages": HELLO},
-    {"model": "echo", "messages": []},
-    {"model": "echo", "messages": [{"role": "wizard", "content": "x"}]},
-    {"model": "echo", "messages": HELLO, "max_tokens": "many"},
-    {"model": 5, "messages": HELLO},
-    [1, 2, 3],
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": HELLO},
+        {"model": "echo", "messages": []},
+        {"model": "echo", "messages": [{"role": "wizard", "content": "x"}]},
+        {"model": "echo", "messages": HELLO, "max_tokens": "many"},
+        {"model": 5, "messages": HELLO},
+        [1, 2, 3],
+    ],
+)
 def test_schema_errors_are_400(proxy: ServerThread, body: object) -> None:
     assert_envelope(post(proxy, body), 400)
 
@@ -166,8 +198,11 @@ def test_deeply_nested_json_is_400(proxy: ServerThread) -> None:
 
 
 def test_unknown_model_is_404(start_proxy, settings_for) -> None:
-    proxy = start_proxy(settings_for(upstreams=[
-        {"name": "only", "base_url": "http://127.0.0.1:9/v1", "models": ["known"]}]))
+    proxy = start_proxy(
+        settings_for(
+            upstreams=[{"name": "only", "base_url": "http://127.0.0.1:9/v1", "models": ["known"]}]
+        )
+    )
     with pytest.raises(openai.NotFoundError) as info:
         client(proxy).chat.completions.create(model="unknown", messages=HELLO)
     assert info.value.code == "model_not_found"
@@ -199,17 +234,27 @@ def test_upstream_refused_is_502(start_proxy, settings_for) -> None:
 
 
 def test_upstream_timeout_is_504(start_proxy, settings_for, upstream_url: str) -> None:
-    proxy = start_proxy(settings_for(upstreams=[
-        {"name": "slowpoke", "base_url": upstream_url, "read_timeout": 0.5}]))
+    proxy = start_proxy(
+        settings_for(
+            upstreams=[{"name": "slowpoke", "base_url": upstream_url, "read_timeout": 0.5}]
+        )
+    )
     for stream in (False, True):  # no answer at all, not even headers
-        assert_envelope(post(proxy, {"model": "hang", "messages": HELLO, "stream": stream}),
-                        504, "upstream_timeout")
+        assert_envelope(
+            post(proxy, {"model": "hang", "messages": HELLO, "stream": stream}),
+            504,
+            "upstream_timeout",
+        )
     with pytest.raises(openai.APIStatusError) as info:
         client(proxy).chat.completions.create(model="hang", messages=HELLO)
     assert info.value.status_code == 504
     # Headers and one chunk, then silence: the stream ends in an SSE error event.
-    with httpx.stream("POST", proxy.url + "/v1/chat/completions", timeout=10,
-                      json={"model": "stall", "messages": HELLO, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        proxy.url + "/v1/chat/completions",
+        timeout=10,
+        json={"model": "stall", "messages": HELLO, "stream": True},
+    ) as r:
         body = r.read().decode()
     events = [e for e in body.split("\n\n") if e.strip()]
     assert events[-1] == "data: [DONE]"
@@ -227,8 +272,12 @@ def test_upstream_errors_pass_through(proxy: ServerThread, code: int, stream: bo
 
 
 def test_reset_mid_stream_ends_with_sse_error(proxy: ServerThread) -> None:
-    with httpx.stream("POST", proxy.url + "/v1/chat/completions", timeout=10,
-                      json={"model": "reset", "messages": HELLO, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        proxy.url + "/v1/chat/completions",
+        timeout=10,
+        json={"model": "reset", "messages": HELLO, "stream": True},
+    ) as r:
         assert r.status_code == 200
         body = r.read().decode()
     events = [e for e in body.split("\n\n") if e.strip()]
@@ -257,7 +306,8 @@ def test_healthz_and_readyz(proxy: ServerThread, start_proxy, settings_for) -> N
 def test_many_concurrent_streams(proxy: ServerThread) -> None:
     async def one(i: int, c: openai.AsyncOpenAI) -> str:
         s = await c.chat.completions.create(
-            model="echo", messages=[{"role": "user", "content": f"n{i}"}], stream=True)
+            model="echo", messages=[{"role": "user", "content": f"n{i}"}], stream=True
+        )
         return "".join([e.choices[0].delta.content or "" async for e in s if e.choices]).strip()
 
     async def main() -> list[str]:

@@ -22,8 +22,18 @@ def test_order_of_sources() -> None:
 
 def test_fingerprint_follows_the_leading_messages() -> None:
     turn1 = identify(None, None, {"messages": [SYS, TASK]})
-    turn5 = identify(None, None, {"messages": [SYS, TASK, {"role": "assistant", "content": "ok"},
-                                               {"role": "user", "content": "more"}]})
+    turn5 = identify(
+        None,
+        None,
+        {
+            "messages": [
+                SYS,
+                TASK,
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "more"},
+            ]
+        },
+    )
     other = identify(None, None, {"messages": [SYS, {"role": "user", "content": "other"}]})
     assert turn1 == turn5 and turn1.id.startswith("fp-")
     assert other != turn1

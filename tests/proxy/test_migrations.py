@@ -1,0 +1,145 @@
+"""Migrations: from an empty database, down to nothing and up again, matching the models."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, inspect
+
+import migrations
+from proxy.cli import main
+from proxy.store import Store
+from proxy.store.models import Base
+
+PG_ADMIN = os.environ.get("CTXPROXY_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+TABLES = {"sessions", "messages", "entries", "exchanges", "exchange_messages"}
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    psycopg = pytest.importorskip("psycopg", reason="psycopg not installed")
+    from sqlalchemy.engine import make_url
+
+    admin = make_url(PG_ADMIN)
+    name = f"ctxproxy_migr_{uuid.uuid4().hex[:10]}"
+    dsn = f"host={admin.host} port={admin.port or 5432} user={admin.username}"
+    dsn += f" dbname={admin.database}"
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL unreachable at {admin.host}:{admin.port}: {exc}")
+    try:
+        yield admin.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'migrate.db'}"
+        return
+    with postgres_database() as pg:
+        yield pg
+
+
+def tables(engine: Engine) -> set[str]:
+    return set(inspect(engine).get_table_names()) - {"alembic_version"}
+
+
+def differences(engine: Engine) -> list[object]:
+    """What `alembic check` would report: the models against the migrated schema."""
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(ctx, Base.metadata))
+
+
+def test_upgrade_from_empty_matches_the_models_and_round_trips(url: str) -> None:
+    store = Store(url)
+    assert store.needs_upgrade() and tables(store.engine) == set()
+    store.upgrade()
+    assert tables(store.engine) == TABLES
+    assert migrations.current(store.engine) == migrations.heads() == {"0001"}
+    assert differences(store.engine) == []
+
+    migrations.downgrade(store.engine, "base")
+    assert tables(store.engine) == set() and store.needs_upgrade()
+    store.upgrade()
+    assert differences(store.engine) == []
+    store.close()
+
+
+def test_upgrading_a_current_database_keeps_its_data(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'kept.db'}")
+    store.upgrade()
+    msgs = [{"role": "user", "content": "remember me"}]
+    store.record_request(
+        "s1",
+        source="header",
+        messages=msgs,
+        request={},
+        model="m",
+        upstream="u",
+        stream=False,
+        compiled=msgs,
+        tokens_original=3,
+        tokens_compiled=3,
+        budget=None,
+        window=None,
+        pipeline=[],
+        events=[],
+    )
+    store.close()
+    again = Store(f"sqlite:///{tmp_path / 'kept.db'}")
+    again.upgrade()
+    hist = again.get_history("s1")
+    assert hist is not None and [m.message for m in hist.messages] == msgs
+    again.close()
+
+
+def test_every_revision_upgrades_from_the_one_before(tmp_path: Path) -> None:
+    """Walk the chain one step at a time, as an outdated database would be upgraded."""
+    script = ScriptDirectory.from_config(migrations.config())
+    chain = [rev.revision for rev in reversed(list(script.walk_revisions()))]
+    store = Store(f"sqlite:///{tmp_path / 'steps.db'}")
+    for revision in chain:
+        migrations.upgrade(store.engine, revision)
+        assert migrations.current(store.engine) == {revision}
+    assert not store.needs_upgrade() and differences(store.engine) == []
+    store.close()
+
+
+def test_the_alembic_config_works_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    command.upgrade(migrations.config(url=db), "head")  # env.py opens its own engine
+    store = Store(db)
+    assert not store.needs_upgrade() and tables(store.engine) == TABLES
+    store.close()
+
+
+def test_ctxproxy_migrate_upgrades_the_configured_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"database_url: sqlite:///{tmp_path / 'cmd.db'}\n")
+    assert main(["--config", str(config), "migrate"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    store = Store(f"sqlite:///{tmp_path / 'cmd.db'}")
+    assert not store.needs_upgrade()
+    store.close()

@@ -1,0 +1,123 @@
+"""tiered: phases in order, each only as far as needed, never inside the keep window."""
+
+from __future__ import annotations
+
+import json
+
+from strategies.base import message_hash
+from strategies.forms import shorten_arguments, skeleton, truncated
+from strategies.invariants import pairing_problems
+from strategies.tiered import tiered
+from tests.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
+
+BIG = log_lines(300) + "\nTraceback (most recent call last):\n  File \"a.py\", line 3, in <module>\n" \
+    "    main()\nValueError: bad input 'x'"
+
+
+def run(history, budget, **options):
+    return tiered(history, ctx(history, budget=budget, **options))
+
+
+def test_phase_one_only_when_it_suffices():
+    history = agent_history([BIG] * 6)
+    budget = int(usage(history) / 0.65)  # above the 0.6 threshold, below 0.75
+    out, events = run(history, budget)
+    assert [e.phase for e in events] == [1]
+    assert events[0].tokens_after <= int(0.5 * budget) or events[0].iterations == [1, 2, 3, 4]
+    assert pairing_problems(out) == pairing_problems(history)
+
+
+def test_phases_escalate_when_the_previous_leaves_too_much():
+    history = agent_history([BIG] * 12)
+    for m in history[2::2]:
+        m["content"] = "Looking at the failure, the config loader is the likely culprit. " * 8
+    out, events = run(history, int(usage(history[-4:]) * 1.05))
+    assert [e.phase for e in events] == [1, 2, 3]
+    assert all(e.tokens_after < e.tokens_before for e in events)
+    assert not pairing_problems(out)
+
+
+def test_keep_window_and_prompts_untouched():
+    history = agent_history([BIG] * 8)
+    out, _ = run(history, usage(history) // 4, keep_recent=3)
+    assert out[:2] == history[:2]
+    assert out[-6:] == history[-6:]
+
+
+def test_no_event_when_under_the_first_threshold():
+    history = agent_history([BIG] * 4)
+    out, events = run(history, usage(history) * 2)
+    assert out == history and events == []
+
+
+def test_phase_one_keeps_head_and_the_final_exception_line():
+    msg = {"role": "tool", "tool_call_id": "c", "content": BIG}
+    out = truncated(msg, 200)
+    assert out is not None and out["tool_call_id"] == "c"
+    text = out["content"]
+    assert text.startswith(BIG[:100])
+    assert "ValueError: bad input 'x'" in text.split("\n")
+    removed = len(BIG) - sum(len(line) + 1 for line in text.split("\n")[:-1] if not line.startswith("[…"))
+    assert text.split("\n")[-1] == (
+        f"[Truncated — {removed:,} chars removed; original: /messages/{message_hash(msg)[:16]}]"
+    )
+
+
+def test_phase_one_on_a_single_huge_line_keeps_its_start():
+    line = "x" * 50_000
+    out = truncated({"role": "tool", "tool_call_id": "c", "content": line}, 200)
+    assert out is not None
+    assert out["content"].startswith("x" * 200) and len(out["content"]) < 400
+
+
+def test_phase_two_keeps_tool_call_id_and_names_the_tool():
+    history = agent_history([BIG] * 12)
+    out, _ = run(history, usage(history) // 6)
+    folded = [m for m in out if m.get("role") == "tool" and "folded" in m["content"]]
+    assert folded
+    for m in folded:
+        assert m["content"].startswith("[Output of tool 'run_command' folded: ")
+        assert m["tool_call_id"].startswith("call_")
+
+
+def test_skeleton_keeps_names_and_ids_and_valid_json_arguments():
+    args = {"path": "src/app.py", "content": "print('hello')\n" * 200, "n": 3}
+    msg = {
+        "role": "assistant",
+        "content": "I will now rewrite the whole file with the fix applied. " * 5,
+        "tool_calls": [{"id": "call_9", "type": "function",
+                        "function": {"name": "write_file", "arguments": json.dumps(args)}}],
+        "x-extra": {"kept": True},
+    }
+    out = skeleton(msg)
+    assert out is not None
+    assert out["content"].startswith("[Assistant text folded: 280 chars; original: /messages/")
+    call = out["tool_calls"][0]
+    assert call["id"] == "call_9" and call["function"]["name"] == "write_file"
+    short = json.loads(call["function"]["arguments"])
+    assert short["path"] == "src/app.py" and short["n"] == 3
+    assert short["content"].endswith("…[+2,960 chars]")
+    assert out["x-extra"] == {"kept": True}
+    assert msg["content"].startswith("I will")  # input untouched
+
+
+def test_shortening_is_idempotent_and_leaves_invalid_json_alone():
+    once = shorten_arguments(json.dumps({"a": "y" * 500}))
+    assert shorten_arguments(once) == once
+    assert shorten_arguments("{not json" + "z" * 100) == "{not json" + "z" * 100
+
+
+def test_compacting_twice_without_lineage_does_not_drift():
+    history = agent_history([BIG] * 10)
+    budget = usage(history) // 3
+    once, _ = tiered(history, ctx(history, budget=budget, lineage=False))
+    twice, events = tiered(once, ctx(once, budget=budget, lineage=False))
+    assert twice == once and events == []
+
+
+def test_pressure_reaches_into_the_keep_window_but_not_the_final_turn():
+    history = agent_history([BIG] * 3)
+    budget = usage(history[:-2]) // 2 + usage(history[-2:])
+    out, _ = tiered(history, ctx(history, budget=budget, pressure=2, keep_recent=5))
+    assert out[-2:] == history[-2:]
+    assert out[3] != history[3]  # inside the configured keep window, yet compacted
