@@ -39,7 +39,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = Store(settings.database_url)
-        await run_in_threadpool(store.upgrade)
+        if await run_in_threadpool(store.needs_upgrade):
+            await run_in_threadpool(store.upgrade)
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
         try:
             async with httpx.AsyncClient(transport=transport, limits=limits) as client:

@@ -12,7 +12,7 @@ from proxy.errors import ContextLengthExceeded
 from proxy.settings import CompactionSettings
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 from strategies import CompactionEvent, OverBudget, Plan, compile_view, get
-from strategies.base import memoize, message_hash
+from strategies.base import content_key, memoize
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def compile_request(
     messages = list(body.get("messages") or [])
     tools = body.get("tools") or None
     tools_raw = counter.count_tools(tools)
-    hashes = [message_hash(m) for m in messages]  # hashed once: token cache and replay cache
+    hashes = [content_key(m) for m in messages]  # hashed once: token cache and replay cache
     known = {id(m): h for m, h in zip(messages, hashes, strict=True)}
     count = memoize(lambda m: counter.count_message(m, known.get(id(m))))
 

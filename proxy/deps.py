@@ -19,7 +19,7 @@ def _services(request: Request) -> Any:
 ServicesDep = Annotated[Any, Depends(_services)]
 
 
-def _bearer(request: Request) -> str | None:
+def bearer_token(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
@@ -37,7 +37,7 @@ def key_matches(given: str | None, allowed: list[str]) -> bool:
 
 def require_client_key(request: Request, services: ServicesDep) -> None:
     keys = services.settings.api_keys
-    if keys and not key_matches(_bearer(request), keys):
+    if keys and not key_matches(bearer_token(request), keys):
         raise Unauthorized("Missing or invalid API key in the Authorization header")
 
 

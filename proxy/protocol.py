@@ -65,7 +65,17 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         raise BadRequest(f"Invalid JSON body: {exc}") from None
     if not isinstance(data, dict):
         raise BadRequest("The request body must be a JSON object")
+    if b"\\ud" in raw.lower() and not _is_valid_unicode(data):
+        raise BadRequest("Invalid JSON body: a string holds an unpaired UTF-16 surrogate")
     return data
+
+
+def _is_valid_unicode(data: Any) -> bool:
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_chat(data: dict[str, Any]) -> ChatRequest:

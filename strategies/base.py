@@ -16,13 +16,38 @@ Message = dict[str, Any]
 PROMPT_ROLES = frozenset({"system", "developer"})
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(msg: Any) -> str:
-    """The one serialisation that content addressing (store, token cache, markers) relies on."""
-    return json.dumps(msg, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The one serialisation that content addressing (store, markers) relies on."""
+    return _CANONICAL.encode(msg)
 
 
 def message_hash(msg: Message) -> str:
-    return hashlib.sha256(canonical_json(msg).encode()).hexdigest()
+    # surrogatepass: JSON may carry a lone surrogate ("\ud800"), which strict UTF-8 rejects
+    return hashlib.sha256(canonical_json(msg).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def content_key(msg: Message) -> str:
+    """A digest equal for equal messages, for caches inside one process.
+
+    Not message_hash: string values are hashed as raw UTF-8 instead of being JSON-escaped
+    first, which is several times faster on large tool outputs (a warm compile of 1,000
+    messages digests ~1 MB). Values are tagged and length-prefixed, so two different messages
+    collide only if sha256 does.
+    """
+    digest = hashlib.sha256()
+    for key in sorted(msg):
+        value = msg[key]
+        tag = b"s" if isinstance(value, str) else b"j"
+        text = value if isinstance(value, str) else canonical_json(value)
+        data = text.encode("utf-8", "surrogatepass")
+        name = key.encode("utf-8", "surrogatepass")
+        digest.update(b"%d:%d:%s:" % (len(name), len(data), tag))
+        digest.update(name)
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def original_ref(msg: Message) -> str:
@@ -105,12 +130,19 @@ def protected_indexes(messages: Sequence[Message], iters: Sequence[int]) -> set[
     return keep
 
 
-def old_indexes(messages: Sequence[Message], keep_recent: int) -> list[int]:
+def old_indexes(
+    messages: Sequence[Message], keep_recent: int, roles: Iterable[str] = ("tool", "assistant")
+) -> list[int]:
     """Indexes a strategy may compact, oldest first: outside the keep window and unprotected."""
     iters = iterations(messages)
     protected = protected_indexes(messages, iters)
     cutoff = (iters[-1] if iters else 0) - keep_recent
-    return [i for i, it in enumerate(iters) if it <= cutoff and i not in protected]
+    wanted = frozenset(roles)
+    return [
+        i
+        for i, it in enumerate(iters)
+        if it <= cutoff and i not in protected and messages[i].get("role") in wanted
+    ]
 
 
 # --- events --------------------------------------------------------------------------------
@@ -291,6 +323,8 @@ def looks_compacted(msg: Message) -> bool:
 
 
 MIN_GAIN = 0.9  # a new form must cut at least a tenth of the message's tokens
+# How far a pass reduces a message: a pass leaves alone what an equal or deeper pass made.
+DEPTH = {"traceback": 1, "tiered:1": 1, "fold": 2, "tiered:2": 2, "tiered:3": 3}
 
 
 def compact_until(
@@ -320,7 +354,10 @@ def compact_until(
         if ctx.measure(total) <= ctx.target:
             break
         cur = out[i]
-        if lineage.label(cur) == label or (ctx.lineage is None and looks_compacted(cur)):
+        done = lineage.label(cur)
+        if done is not None and DEPTH.get(done, 0) >= DEPTH.get(label, 0) > 0 or done == label:
+            continue
+        if ctx.lineage is None and looks_compacted(cur):
             continue  # never re-truncate: the marker's counts would drift
         origin = lineage.origin(cur)
         new = lineage.form(origin, label, lambda c=cur, o=origin: transform(c, o))

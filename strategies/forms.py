@@ -16,6 +16,7 @@ from strategies.evidence import evidence
 
 MAX_EVIDENCE_LINES = 40  # phase-1 keeps the last ones: the final error is nearest the end
 ARG_CHARS = 40
+_NOTE = "[Truncated — 00,000 chars removed; original: /messages/0123456789abcdef]"
 _SHORTENED = re.compile(r"…\[\+[\d,]+ chars\]$")
 
 
@@ -57,6 +58,8 @@ def truncated(msg: Message, head_chars: int) -> Message | None:
     if msg.get("role") != "tool" or text is None or len(text) <= head_chars + 120:
         return None
     body, removed = _truncate(text, head_chars)
+    if len(body) + len(_NOTE) > 0.9 * len(text):
+        return None  # would not pay for itself; skip hashing the original for the marker
     note = f"[Truncated — {removed:,} chars removed; original: {original_ref(msg)}]"
     return with_content(msg, f"{body}\n{note}")
 

@@ -20,6 +20,7 @@ from strategies.base import (
 )
 from strategies.forms import folded_output, skeleton, truncated
 
+ROLES = {1: ("tool",), 2: ("tool",), 3: ("assistant",)}
 REASONS = {
     1: "old tool outputs truncated to head and evidence",
     2: "old tool outputs folded to placeholders",
@@ -49,7 +50,7 @@ def tiered(messages: list[Message], ctx: Context) -> StrategyResult:
         messages, new = compact_until(
             messages,
             ctx,
-            old_indexes(messages, ctx.keep_recent()),
+            old_indexes(messages, ctx.keep_recent(), roles=ROLES[phase]),
             _transform(phase, messages, ctx),
             strategy="tiered",
             phase=phase,

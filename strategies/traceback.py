@@ -48,7 +48,7 @@ def traceback(messages: list[Message], ctx: Context) -> StrategyResult:
     return compact_until(
         messages,
         ctx,
-        old_indexes(messages, ctx.keep_recent()),
+        old_indexes(messages, ctx.keep_recent(), roles=("tool",)),
         transform,
         strategy="traceback",
         reason="long tool outputs reduced to error evidence, head and tail",

@@ -46,8 +46,6 @@ SCHEMA_REQ = "check-jsonschema==0.39.0"
 SCHEMA_MEMBER = "check_jsonschema/builtin_schemas/vendor/compose-spec.json"
 SCHEMA_SHA256 = "d549057ebc2925f39f62799eab0db7b9e2c18b35b6c00595199116da3ed10e64"
 
-MODEL_SERVERS = {"llamacpp", "ollama", "vllm"}
-
 
 # -- the Compose Specification schema ----------------------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from proxy.deps import ServicesDep, key_matches
+from proxy.deps import ServicesDep, bearer_token, key_matches
 from proxy.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from proxy.store import (
     AmbiguousPrefix,
@@ -24,11 +24,6 @@ from proxy.store import (
 )
 
 HASH_PREFIX = re.compile(r"[0-9a-fA-F]{12,64}")
-
-
-def _bearer(request: Request) -> str | None:
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -45,7 +40,7 @@ def require_admin(request: Request, services: ServicesDep) -> None:
     """The admin key when one is configured; without one, loopback clients only."""
     admin_key = services.settings.admin_key
     if admin_key is not None:
-        if not key_matches(_bearer(request), [admin_key]):
+        if not key_matches(bearer_token(request), [admin_key]):
             raise Unauthorized("Missing or invalid admin key in the Authorization header")
         return
     if not _is_loopback(request.client.host if request.client else None):

@@ -25,7 +25,7 @@ router = APIRouter(dependencies=[ClientAuth])
 
 
 @router.post("/v1/chat/completions")
-@router.post("/s/{session}/v1/chat/completions")
+@router.post("/s/{session}/v1/chat/completions", include_in_schema=False)
 async def chat_completions(
     request: Request, body: JsonBody, services: ServicesDep, session: str | None = None
 ) -> Response:

@@ -18,7 +18,7 @@ log = logging.getLogger("ctxproxy.models")
 
 
 @router.get("/v1/models")
-@router.get("/s/{session}/v1/models")
+@router.get("/s/{session}/v1/models", include_in_schema=False)
 async def list_models(services: ServicesDep, session: str | None = None) -> dict[str, Any]:
     ups = services.settings.upstreams
     listed = await asyncio.gather(*(_models_of(services.client, u) for u in ups))

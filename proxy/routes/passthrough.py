@@ -17,8 +17,8 @@ router = APIRouter(dependencies=[ClientAuth])
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
-@router.api_route("/v1/{path:path}", methods=_METHODS)
-@router.api_route("/s/{session}/v1/{path:path}", methods=_METHODS)
+@router.api_route("/v1/{path:path}", methods=_METHODS, include_in_schema=False)
+@router.api_route("/s/{session}/v1/{path:path}", methods=_METHODS, include_in_schema=False)
 async def passthrough(
     path: str, request: Request, services: ServicesDep, session: str | None = None
 ) -> Response:

@@ -10,7 +10,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from proxy.app import create_app
-from proxy.routes import audit
 from proxy.settings import Settings
 from proxy.store import Store
 from strategies.base import message_hash, original_ref
@@ -105,10 +104,7 @@ def filled(db_url: str) -> Iterator[dict[str, Any]]:
 
 
 def client_for(db_url: str, *, client: tuple[str, int] = LOOPBACK, **settings: Any) -> TestClient:
-    app = create_app(Settings(database_url=db_url, **settings))
-    if not any(getattr(r, "path", None) == "/stats" for r in app.routes):
-        app.include_router(audit.router)  # until create_app includes it
-    return TestClient(app, client=client)
+    return TestClient(create_app(Settings(database_url=db_url, **settings)), client=client)
 
 
 @pytest.fixture

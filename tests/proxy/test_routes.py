@@ -19,8 +19,10 @@ Handler = Callable[[httpx.Request], httpx.Response]
 
 def answer(request: httpx.Request) -> httpx.Response:
     body = json.loads(request.content) if request.content else {}
-    return httpx.Response(200, json={"upstream": str(request.url), "got": body,
-                                     "auth": request.headers.get("authorization")})
+    data = {"upstream": str(request.url), "got": body,
+            "auth": request.headers.get("authorization")}
+    return httpx.Response(200, content=json.dumps(data),
+                          headers={"content-type": "application/json"})
 
 
 def app_with(tmp_path: Path, handler: Handler = answer, **overrides) -> TestClient:
@@ -129,3 +131,15 @@ def test_unexpected_error_is_enveloped_without_trace(tmp_path: Path) -> None:
                                      json={"model": "m", "messages": HELLO})
     assert r.status_code == 500
     assert r.json()["error"]["type"] == "server_error" and "secret" not in r.text
+
+
+def test_lone_surrogate_is_400_paired_one_is_fine(tmp_path: Path) -> None:
+    lone = b'{"model": "m", "messages": [{"role": "user", "content": "bad \\ud800 text"}]}'
+    pair = b'{"model": "m", "messages": [{"role": "user", "content": "ok \\ud83d\\ude00"}]}'
+    headers = {"content-type": "application/json"}
+    with app_with(tmp_path) as client:
+        bad = client.post("/v1/chat/completions", content=lone, headers=headers)
+        good = client.post("/v1/chat/completions", content=pair, headers=headers)
+    assert bad.status_code == 400 and "surrogate" in bad.json()["error"]["message"]
+    assert good.status_code == 200
+    assert good.json()["got"]["messages"][0]["content"] == "ok \U0001f600"
