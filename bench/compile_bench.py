@@ -2,7 +2,8 @@
 
 Cold: fresh TokenCounter, empty elision and replay caches. Next turn: the previous turn (two
 messages shorter) was compiled by the same process, as in a running proxy. Repeat: the same
-request again (a retry). Every run gets a freshly parsed copy of the body, as a request would. Run: python -m bench.compile_bench
+request again (a retry). Every run gets a freshly parsed copy of the body, as a request would.
+Run from the repository root: python -m bench.compile_bench
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ def output(rnd: random.Random, n: int) -> str:
     if kind < 0.75:  # command output: a few dozen lines
         lines = [" ".join(rnd.choices(WORDS, k=8)) for _ in range(rnd.randint(5, 30))]
     elif kind < 0.9:  # a long log that ends in a traceback
-        lines = [f"2024-05-14 10:{i % 60:02d} INFO db: attempt {i} to {rnd.choice(WORDS)}"
-                 for i in range(rnd.randint(30, 100))] + [TRACE]
+        lines = [
+            f"2024-05-14 10:{i % 60:02d} INFO db: attempt {i} to {rnd.choice(WORDS)}"
+            for i in range(rnd.randint(30, 100))
+        ] + [TRACE]
     else:  # a file dump
         lines = [f"    {rnd.choice(WORDS)} = {rnd.choice(WORDS)}({i}, {n})" for i in range(100)]
     return "\n".join(lines)
@@ -42,14 +45,26 @@ def output(rnd: random.Random, n: int) -> str:
 
 def history(seed: int = 1) -> list[dict]:
     rnd = random.Random(seed)
-    msgs = [{"role": "system", "content": "You are a careful coding agent."},
-            {"role": "user", "content": "Fix the failing database connection test."}]
+    msgs = [
+        {"role": "system", "content": "You are a careful coding agent."},
+        {"role": "user", "content": "Fix the failing database connection test."},
+    ]
     for n in range(499):
         cid = f"call_{n}"
         args = json.dumps({"cmd": f"pytest tests/test_db.py -k case_{n} -x"})
-        msgs.append({"role": "assistant", "content": f"Step {n}: checking {rnd.choice(WORDS)}.",
-                     "tool_calls": [{"id": cid, "type": "function",
-                                     "function": {"name": "run_command", "arguments": args}}]})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": f"Step {n}: checking {rnd.choice(WORDS)}.",
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": "run_command", "arguments": args},
+                    }
+                ],
+            }
+        )
         msgs.append({"role": "tool", "tool_call_id": cid, "content": output(rnd, n)})
     return msgs
 
@@ -80,10 +95,14 @@ def main(runs: int = 7) -> None:
     msgs = history()
     body, previous = {"messages": msgs}, {"messages": msgs[:-2]}
     total = TokenCounter().count_messages(msgs)
-    print(f"history: {len(msgs)} messages, {total:,} tokens (cl100k), "
-          f"{len(json.dumps(msgs)):,} bytes of JSON; medians of {runs} runs")
-    print(f"{'window':>8}  {'tokens in -> out':<19} {'passes':<24} {'cold ms':>8} "
-          f"{'next turn ms':>13} {'repeat ms':>10} {'cold/next':>9}")
+    print(
+        f"history: {len(msgs)} messages, {total:,} tokens (cl100k), "
+        f"{len(json.dumps(msgs)):,} bytes of JSON; medians of {runs} runs"
+    )
+    print(
+        f"{'window':>8}  {'tokens in -> out':<19} {'passes':<24} {'cold ms':>8} "
+        f"{'next turn ms':>13} {'repeat ms':>10} {'cold/next':>9}"
+    )
     for window in (262_144, 131_072, 65_536):
         counter = TokenCounter()
         c = statistics.median(cold(body, window) for _ in range(runs))
@@ -91,8 +110,10 @@ def main(runs: int = 7) -> None:
         r = statistics.median(timed(body, counter, window)[0] for _ in range(runs))
         _, res = timed(body, counter, window)
         io = f"{res.tokens_original:,} -> {res.tokens_compiled:,}"
-        print(f"{window:>8}  {io:<19} {res.summary():<24} {c:>8.1f} {n:>13.1f} {r:>10.1f} "
-              f"{c / n:>8.1f}x")
+        print(
+            f"{window:>8}  {io:<19} {res.summary():<24} {c:>8.1f} {n:>13.1f} {r:>10.1f} "
+            f"{c / n:>8.1f}x"
+        )
     print("target: a warm compile (next turn) under 20 ms")
 
 

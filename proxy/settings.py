@@ -78,6 +78,17 @@ class CompactionSettings(_Strict):
     fold: FoldSettings = FoldSettings()
     sliding_window: SlidingWindowSettings = SlidingWindowSettings()
 
+    @field_validator("pipeline")
+    @classmethod
+    def _known_strategies(cls, names: list[str]) -> list[str]:
+        import strategies  # registers the built-in strategies
+
+        unknown = [n for n in names if n not in strategies.STRATEGIES]
+        if unknown:
+            known = ", ".join(sorted(strategies.STRATEGIES))
+            raise ValueError(f"unknown strategy {unknown[0]!r} (known: {known})")
+        return names
+
 
 class Settings(BaseSettings):
     """Everything ctxproxy reads at start. Unknown keys are an error, so typos fail loudly."""

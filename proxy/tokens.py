@@ -122,7 +122,8 @@ class TokenCounter:
     def _tool_call(self, call: Any) -> int:
         if not isinstance(call, dict):
             return self.text(canonical_json(call))
-        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        fn = call.get("function")
+        fn = fn if isinstance(fn, dict) else {}
         total = PER_TOOL_CALL
         for value in (call.get("id"), fn.get("name"), fn.get("arguments")):
             if isinstance(value, str):

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 # An OpenAI chat message as the client sent it; keys we do not know are kept untouched.
@@ -246,7 +247,8 @@ class Context:
     measure: Callable[[int], int] = lambda raw: raw
     options: Mapping[str, Any] = field(default_factory=dict)
     # 0: configured behaviour; 1: every phase allowed; 2: the keep window shrinks to the
-    # protected messages. Raised by the pipeline only while the view stays over budget.
+    # protected messages; 3: traceback may elide the latest turn's tool outputs (evidence kept).
+    # Raised by the pipeline only while the view stays over budget.
     pressure: int = 0
     lineage: Lineage | None = None
 
@@ -360,7 +362,7 @@ def compact_until(
         if ctx.lineage is None and looks_compacted(cur):
             continue  # never re-truncate: the marker's counts would drift
         origin = lineage.origin(cur)
-        new = lineage.form(origin, label, lambda c=cur, o=origin: transform(c, o))
+        new = lineage.form(origin, label, partial(transform, cur, origin))
         if new is None or (n := ctx.count(new)) > MIN_GAIN * raw[i]:
             continue  # a marginal gain is not worth changing a message the prefix cache holds
         lineage.derive(new, cur, label)

@@ -24,6 +24,10 @@ FRAME = re.compile(r"^\s+(?:at |\.\.\. \d+ (?:more|common frames omitted))")
 CODE_FRAME = re.compile(r"^\s*(?:\d+\s*)?\|| *--> |^\s*= (?:note|help): |^\s+\^")
 
 
+def _matches(pattern: re.Pattern[str]) -> Callable[[str], bool]:
+    return lambda s: pattern.match(s) is not None
+
+
 def _one(lines: Lines, i: int) -> range:
     return range(i, i + 1)
 
@@ -97,9 +101,9 @@ RULES: tuple[Rule, ...] = (
     Rule("pytest", re.compile(r"^=+ .*\b(?:failed|passed|errors?|skipped|xfailed)\b.* =+$")),
     # Node / JavaScript / Java / Kotlin: exception line plus its first frames.
     Rule("js", re.compile(r"^\S.*\.(?:[cm]?[jt]sx?):\d+$"), _following(2, lambda s: True)),
-    Rule("jvm", re.compile(r'^Exception in thread ".*"'), _following(8, FRAME.match)),
-    Rule("jvm", re.compile(r"^(?:Caused by|\s+Suppressed): "), _following(5, FRAME.match)),
-    Rule("exception", EXC_LINE, _following(8, FRAME.match)),
+    Rule("jvm", re.compile(r'^Exception in thread ".*"'), _following(8, _matches(FRAME))),
+    Rule("jvm", re.compile(r"^(?:Caused by|\s+Suppressed): "), _following(5, _matches(FRAME))),
+    Rule("exception", EXC_LINE, _following(8, _matches(FRAME))),
     # Go
     Rule("go", re.compile(r"^(?:panic|fatal error): "), _until_blank(4)),
     Rule("go", re.compile(r"^goroutine \d+ \[.*\]:$"), _until_blank(16)),
@@ -107,7 +111,7 @@ RULES: tuple[Rule, ...] = (
     # Rust
     Rule("rust", re.compile(r"^thread '.*' panicked at"), _following(1, lambda s: True)),
     Rule("rust", re.compile(r"^error(?:\[E\d+\])?: "), _until_blank(14)),
-    Rule("rust", re.compile(r"^stack backtrace:$"), _following(12, INDENTED.match)),
+    Rule("rust", re.compile(r"^stack backtrace:$"), _following(12, _matches(INDENTED))),
     # C, C++, Go and TypeScript compilers, linkers and make.
     Rule("cc", re.compile(r"^\S[^:]*:\d+:\d+: (?:fatal )?error: "), _code_frame(4)),
     Rule("cc", re.compile(r"^\S[^:]*: In (?:function|member function|instantiation) ")),

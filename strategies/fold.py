@@ -1,4 +1,4 @@
-"""fold: old long tool outputs and old assistant text beside tool calls become stable placeholders."""
+"""fold: old long tool outputs and old assistant thoughts become byte-stable placeholders."""
 
 from __future__ import annotations
 

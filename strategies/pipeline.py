@@ -34,8 +34,9 @@ class Plan:
     options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     def key(self) -> str:
-        return canonical_json([list(self.pipeline), self.budget, self.target, self.trigger,
-                               self.options])
+        return canonical_json(
+            [list(self.pipeline), self.budget, self.target, self.trigger, self.options]
+        )
 
 
 def request_points(messages: Sequence[Message]) -> list[int]:
@@ -117,7 +118,7 @@ def _fire(
 ) -> tuple[list[Message], list[CompactionEvent]]:
     """The pipeline at increasing pressure, each level only while the view is over budget."""
     events: list[CompactionEvent] = []
-    for pressure in (0, 1, 2):
+    for pressure in (0, 1, 2, 3):
         if pressure and ctx.usage(view) <= plan.budget:
             break
         for name in plan.pipeline:

@@ -1,4 +1,4 @@
-"""traceback: long tool outputs keep their error evidence verbatim; the rest becomes counted markers."""
+"""traceback: long tool outputs keep their error evidence verbatim, the rest becomes markers."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from strategies.base import (
     Message,
     StrategyResult,
     compact_until,
+    iterations,
     old_indexes,
     original_ref,
     register,
@@ -33,6 +34,11 @@ def elided(msg: Message, name: str, *, min_chars: int, head: int, tail: int) -> 
     return with_content(msg, f"{header}\n{body}")
 
 
+def latest_tool_indexes(messages: list[Message]) -> list[int]:
+    iters = iterations(messages)
+    return [i for i, m in enumerate(messages) if m.get("role") == "tool" and iters[i] == iters[-1]]
+
+
 @register("traceback")
 def traceback(messages: list[Message], ctx: Context) -> StrategyResult:
     names = tool_names(messages)
@@ -45,10 +51,14 @@ def traceback(messages: list[Message], ctx: Context) -> StrategyResult:
     def transform(current: Message, raw: Message) -> Message | None:
         return elided(raw, names.get(raw.get("tool_call_id", ""), "?"), **opts)
 
+    candidates = old_indexes(messages, ctx.keep_recent(), roles=("tool",))
+    if ctx.pressure >= 3:
+        # Last resort before an overflow: the latest tool outputs too, evidence kept verbatim.
+        candidates += latest_tool_indexes(messages)
     return compact_until(
         messages,
         ctx,
-        old_indexes(messages, ctx.keep_recent(), roles=("tool",)),
+        candidates,
         transform,
         strategy="traceback",
         reason="long tool outputs reduced to error evidence, head and tail",

@@ -29,7 +29,7 @@ def test_agent_loop_audit_matches_what_upstream_received(
     start_proxy, settings_for, upstream_url: str, script: Script
 ) -> None:
     proxy: ServerThread = start_proxy(settings_for(upstreams=[
-        {"name": "scripted", "base_url": upstream_url, "context_window": 16000}]))
+        {"name": "scripted", "base_url": upstream_url, "context_window": 8000}]))
     client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="x",
                            default_headers={"X-Session-Id": "agent-1"})
     messages: list[dict] = [{"role": "system", "content": "You fix bugs."},
@@ -54,7 +54,7 @@ def test_agent_loop_audit_matches_what_upstream_received(
         assert detail["request"]["messages"][-1] == (messages[: len(detail["request"]["messages"])]
                                                      [-1])
         fired += bool(detail["events"])
-    assert fired >= 1, "a 16k window with 40 noisy logs must have compacted"
+    assert fired >= 1, "an 8k window with 40 noisy logs must have compacted"
     session = audit.get("/sessions/agent-1").json()
     totals = session["session"]["totals"]
     assert totals["tokens_original"] > totals["tokens_compiled"]

@@ -31,8 +31,13 @@ def compile_(b, window, settings=SETTINGS):
 
 @pytest.mark.parametrize(
     ("fields", "reserve"),
-    [({}, 1024), ({"max_tokens": 300}, 300), ({"max_completion_tokens": 200, "max_tokens": 300}, 200),
-     ({"max_tokens": True}, 1024), ({"max_tokens": "9"}, 1024)],
+    [
+        ({}, 1024),
+        ({"max_tokens": 300}, 300),
+        ({"max_completion_tokens": 200, "max_tokens": 300}, 200),
+        ({"max_tokens": True}, 1024),
+        ({"max_tokens": "9"}, 1024),
+    ],
 )
 def test_budget_formula(fields, reserve):
     assert message_budget(fields, 10_000, SETTINGS, 50) == 10_000 - reserve - 500 - 50
@@ -51,7 +56,9 @@ def test_fitting_history_is_untouched():
     b = body(["ok"] * 5, tools=[TOOL])
     result = compile_(b, 32_000)
     assert result.messages == b["messages"] and result.summary() == "none"
-    assert result.tokens_original == COUNTER.count_messages(b["messages"]) + COUNTER.count_tools([TOOL])
+    assert result.tokens_original == COUNTER.count_messages(b["messages"]) + COUNTER.count_tools(
+        [TOOL]
+    )
 
 
 def test_over_budget_history_is_compacted_with_events():
@@ -80,7 +87,8 @@ def test_seed_demo_through_the_compiler():
 
 
 def test_hopeless_request_raises_with_figures():
-    b = body(["ok", "x" * 200_000], tools=[TOOL])
+    b = body(["ok"], tools=[TOOL])
+    b["messages"].append({"role": "user", "content": "x " * 100_000})  # only the client can cut
     with pytest.raises(ContextLengthExceeded) as info:
         compile_(b, 8_192)
     exc = info.value
@@ -100,10 +108,12 @@ def test_deterministic_bytes():
 def test_summary_lists_passes_in_order_once():
     from strategies.base import CompactionEvent
 
-    ev = [CompactionEvent("traceback", None, [1], 10, 5, 9, "r"),
-          CompactionEvent("tiered", 1, [1], 5, 4, 1, "r"),
-          CompactionEvent("tiered", 2, [2], 4, 3, 1, "r"),
-          CompactionEvent("tiered", 1, [3], 3, 2, 1, "r")]
+    ev = [
+        CompactionEvent("traceback", None, [1], 10, 5, 9, "r"),
+        CompactionEvent("tiered", 1, [1], 5, 4, 1, "r"),
+        CompactionEvent("tiered", 2, [2], 4, 3, 1, "r"),
+        CompactionEvent("tiered", 1, [3], 3, 2, 1, "r"),
+    ]
     assert Compiled([], 0, 0, 1, 1, ev).summary() == "traceback,tiered:1,tiered:2"
 
 
@@ -117,3 +127,33 @@ def test_events_serialise_to_json():
     result = compile_(b, 16_000)
     assert result.events
     json.dumps([e.to_dict() for e in result.events])
+
+
+def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None:
+    from proxy.settings import CompactionSettings
+    from proxy.tokens import TokenCounter
+
+    log = "\n".join(f"INFO worker {i}: connected to db pool {i % 9} in {i % 37} ms"
+                    for i in range(3000))
+    log += ("\nTraceback (most recent call last):\n  File \"/app/main.py\", line 9, in run\n"
+            "    cfg.database_url\nAttributeError: 'Config' object has no attribute 'x'")
+    body = {"model": "m", "messages": [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "run the tests"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": log},
+    ]}
+    out = compile_request(body, window=4096, settings=CompactionSettings(),
+                          counter=TokenCounter())
+    latest = out.messages[-1]
+    assert latest["tool_call_id"] == "c1"
+    assert "AttributeError: 'Config' object has no attribute 'x'" in latest["content"]
+    assert latest["content"].startswith("[Output of tool 'sh' elided")
+    assert out.budget is not None and out.tokens_compiled < 4096
+    assert out.messages[:3] == body["messages"][:3]
+    # A user message alone over the window cannot be elided: that is the client's to shorten.
+    too_big = {"model": "m", "messages": [{"role": "user", "content": "word " * 8000}]}
+    with pytest.raises(ContextLengthExceeded):
+        compile_request(too_big, window=4096, settings=CompactionSettings(),
+                        counter=TokenCounter())

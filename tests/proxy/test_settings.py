@@ -73,3 +73,10 @@ def test_missing_and_unparsable_files(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_text("listen: [\n")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_settings(tmp_path / "x.yaml")
+
+
+def test_unknown_strategy_fails_at_load(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("compaction: {pipeline: [traceback, magic]}\n")
+    with pytest.raises(ConfigError, match=r"compaction.pipeline.*magic"):
+        load_settings(cfg)

@@ -27,8 +27,10 @@ def test_role_overhead_and_reply_priming(counter):
 
 def test_null_and_list_content(counter):
     assert counter.count_message({"role": "assistant", "content": None}) == PER_MESSAGE + 1
-    parts = {"role": "user", "content": [{"type": "text", "text": "hello"},
-                                         {"type": "text", "text": " world"}]}
+    parts = {
+        "role": "user",
+        "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": " world"}],
+    }
     assert counter.count_message(parts) == PER_MESSAGE + 1 + 2
 
 
@@ -42,8 +44,11 @@ def test_images_count_by_the_documented_estimate():
 def test_tool_calls_count_names_and_arguments(counter):
     def with_args(args: str) -> dict:
         fn = {"name": "write_file", "arguments": args}
-        return {"role": "assistant", "content": None,
-                "tool_calls": [{"id": "call_1", "type": "function", "function": fn}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": fn}],
+        }
 
     small = counter.count_message(with_args("{}"))
     big = counter.count_message(with_args(json.dumps({"content": "word " * 1000})))
@@ -52,14 +57,22 @@ def test_tool_calls_count_names_and_arguments(counter):
 
 def test_tool_message_counts_its_call_id_and_extra_keys(counter):
     base = counter.count_message({"role": "tool", "content": "ok"})
-    assert counter.count_message({"role": "tool", "tool_call_id": "call_abc", "content": "ok"}) > base
+    assert (
+        counter.count_message({"role": "tool", "tool_call_id": "call_abc", "content": "ok"}) > base
+    )
     extra = {"role": "assistant", "content": "ok", "reasoning_content": "think " * 50}
     assert counter.count_message(extra) >= 50
 
 
 def test_tools_schema_counted(counter):
-    tool = {"type": "function", "function": {"name": "run", "description": "Run a shell command",
-                                             "parameters": {"type": "object", "properties": {}}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "run",
+            "description": "Run a shell command",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
     assert counter.count_tools(None) == 0 and counter.count_tools([]) == 0
     assert counter.count_tools([tool, tool]) == 2 * counter.count_tools([tool]) > 10
 

@@ -64,5 +64,7 @@ def usage(messages: list[Message]) -> int:
     return COUNTER.count_messages(messages)
 
 
-def log_lines(n: int, template: str = "2024-05-14 10:21:{i:02d} INFO worker: processed batch {i}") -> str:
+def log_lines(
+    n: int, template: str = "2024-05-14 10:21:{i:02d} INFO worker: processed batch {i}"
+) -> str:
     return "\n".join(template.format(i=i) for i in range(n))

@@ -1,4 +1,4 @@
-"""The final gate: compaction never adds a pairing problem, never moves prompts or the latest turn."""
+"""The final gate: compaction never adds a pairing problem, nor moves prompts or the last turn."""
 
 from __future__ import annotations
 

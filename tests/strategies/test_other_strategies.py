@@ -25,7 +25,9 @@ def test_fold_makes_byte_stable_placeholders():
     assert all(m["content"].startswith("[Output of tool 'run_command' folded: ") for m in tools)
     thoughts = [m for m in a[2:-4] if m.get("role") == "assistant"]
     assert all(m["content"].startswith("[Assistant text folded: ") for m in thoughts)
-    assert all(m["tool_calls"] == h["tool_calls"] for m, h in zip(thoughts, history[2:-4:2], strict=True))
+    assert all(
+        m["tool_calls"] == h["tool_calls"] for m, h in zip(thoughts, history[2:-4:2], strict=True)
+    )
 
 
 def test_fold_leaves_short_outputs_and_plain_answers():

@@ -6,11 +6,18 @@ import random
 
 import pytest
 
-from strategies.base import OverBudget, canonical_json
+from strategies.base import OverBudget, canonical_json, content_key
 from strategies.pipeline import Plan, compile_view, request_points
+from strategies.replay import ReplayCache
 from tests.strategies.helpers import COUNTER, agent_history, fixture, log_lines
 
-OUTPUTS = [fixture("seed_demo.txt"), fixture("pytest_failures.txt"), log_lines(120), "ok", "3 files changed"]
+OUTPUTS = [
+    fixture("seed_demo.txt"),
+    fixture("pytest_failures.txt"),
+    log_lines(120),
+    "ok",
+    "3 files changed",
+]
 
 
 def plan(budget: int, pipeline=("traceback", "tiered")) -> Plan:
@@ -70,10 +77,20 @@ def test_same_input_same_bytes():
 
 
 def test_hopeless_history_raises_over_budget_with_the_smallest_size():
-    history = agent_history(["x"] * 3 + [log_lines(2000)])
+    history = agent_history(["x"] * 3)
+    history.append({"role": "user", "content": log_lines(2000)})  # the latest turn: untouchable
     with pytest.raises(OverBudget) as info:
         run(history, plan(2_000))
     assert info.value.needed > 2_000 and info.value.budget == 2_000
+
+
+def test_latest_tool_output_elided_to_evidence_as_last_resort():
+    history = agent_history(["x"] * 3 + [log_lines(2000) + "\nValueError: the real cause"])
+    view, events = run(history, plan(2_000))
+    assert view[-1]["tool_call_id"] == history[-1]["tool_call_id"]
+    assert view[-1]["content"].startswith("[Output of tool ")
+    assert view[-1]["content"].endswith("ValueError: the real cause")
+    assert COUNTER.count_messages(view) <= 2_000
 
 
 def test_keep_window_yields_when_recent_outputs_alone_overflow():
@@ -81,3 +98,28 @@ def test_keep_window_yields_when_recent_outputs_alone_overflow():
     view, events = run(history, plan(COUNTER.count_messages(history[-6:]) // 2))
     assert view[-2:] == history[-2:]
     assert COUNTER.count_messages(view) <= COUNTER.count_messages(history[-6:]) // 2
+
+
+def test_resuming_from_the_previous_turn_equals_a_full_replay():
+    history = session(40, seed=3)
+    p = plan(20_000)
+    keys = [content_key(m) for m in history]
+    cache = ReplayCache()
+
+    def cached(n):
+        return compile_view(
+            history[:n],
+            p,
+            COUNTER.count_message,
+            lambda raw: raw + 3,
+            hashes=keys[:n],
+            cache_key="test",
+            cache=cache,
+        )
+
+    for end in request_points(history)[1:]:
+        resumed, resumed_events = cached(end)
+        full, full_events = run(history[:end], p)
+        assert canonical_json(resumed) == canonical_json(full)
+        assert resumed_events == full_events
+    assert len(cache._states) > 1

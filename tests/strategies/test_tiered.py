@@ -8,10 +8,12 @@ from strategies.base import message_hash
 from strategies.forms import shorten_arguments, skeleton, truncated
 from strategies.invariants import pairing_problems
 from strategies.tiered import tiered
-from tests.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
+from tests.strategies.helpers import agent_history, ctx, log_lines, usage
 
-BIG = log_lines(300) + "\nTraceback (most recent call last):\n  File \"a.py\", line 3, in <module>\n" \
+BIG = (
+    log_lines(300) + '\nTraceback (most recent call last):\n  File "a.py", line 3, in <module>\n'
     "    main()\nValueError: bad input 'x'"
+)
 
 
 def run(history, budget, **options):
@@ -57,7 +59,9 @@ def test_phase_one_keeps_head_and_the_final_exception_line():
     text = out["content"]
     assert text.startswith(BIG[:100])
     assert "ValueError: bad input 'x'" in text.split("\n")
-    removed = len(BIG) - sum(len(line) + 1 for line in text.split("\n")[:-1] if not line.startswith("[…"))
+    removed = len(BIG) - sum(
+        len(line) + 1 for line in text.split("\n")[:-1] if not line.startswith("[…")
+    )
     assert text.split("\n")[-1] == (
         f"[Truncated — {removed:,} chars removed; original: /messages/{message_hash(msg)[:16]}]"
     )
@@ -85,8 +89,13 @@ def test_skeleton_keeps_names_and_ids_and_valid_json_arguments():
     msg = {
         "role": "assistant",
         "content": "I will now rewrite the whole file with the fix applied. " * 5,
-        "tool_calls": [{"id": "call_9", "type": "function",
-                        "function": {"name": "write_file", "arguments": json.dumps(args)}}],
+        "tool_calls": [
+            {
+                "id": "call_9",
+                "type": "function",
+                "function": {"name": "write_file", "arguments": json.dumps(args)},
+            }
+        ],
         "x-extra": {"kept": True},
     }
     out = skeleton(msg)

@@ -79,8 +79,10 @@ def test_pytest_failures_keep_e_lines_and_short_summary():
     lines = out.split("\n")
     assert "E       AttributeError: 'Config' object has no attribute 'database_url'" in lines
     assert "E       assert 6 == 7" in lines
-    assert ">       assert sum(values) == 7, \"totals drifted\"" in lines
-    assert "=========================== short test summary info ============================" in lines
+    assert '>       assert sum(values) == 7, "totals drifted"' in lines
+    assert (
+        "=========================== short test summary info ============================" in lines
+    )
     assert "FAILED tests/test_app.py::test_totals - AssertionError: totals drifted" in lines
     assert out.rstrip().split("\n")[-1].startswith("========================= 2 failed, 40 passed")
     assert not any("attempt 57/120" in line for line in lines)  # captured log is noise
@@ -101,7 +103,10 @@ def test_node_error_keeps_source_pointer_error_and_frames():
 def test_java_exception_keeps_caused_by_chain():
     out = compact("java_exception.txt")
     lines = out.split("\n")
-    assert any(line.startswith('Exception in thread "main" java.lang.IllegalStateException') for line in lines)
+    assert any(
+        line.startswith('Exception in thread "main" java.lang.IllegalStateException')
+        for line in lines
+    )
     assert any(line.startswith("Caused by: java.lang.NullPointerException") for line in lines)
     assert "\tat OrderService$Repository.reserve(OrderService.java:8)" in lines
     assert_faithful(fixture("java_exception.txt"), out)
@@ -110,10 +115,21 @@ def test_java_exception_keeps_caused_by_chain():
 @pytest.mark.parametrize(
     ("name", "errors"),
     [
-        ("gcc_error.txt", ["c/parser.c:9:25: error: ‘const struct token’ has no member named ‘len’",
-                           "c/parser.c:11:17: error: expected ‘;’ before ‘}’ token"]),
-        ("gxx_error.txt", ["c/vec.cpp:12:13: error: cannot convert ‘std::vector<Job>’ to ‘int’ "
-                           "in initialization", "c/vec.cpp:11:14:   required from here"]),
+        (
+            "gcc_error.txt",
+            [
+                "c/parser.c:9:25: error: ‘const struct token’ has no member named ‘len’",
+                "c/parser.c:11:17: error: expected ‘;’ before ‘}’ token",
+            ],
+        ),
+        (
+            "gxx_error.txt",
+            [
+                "c/vec.cpp:12:13: error: cannot convert ‘std::vector<Job>’ to ‘int’ "
+                "in initialization",
+                "c/vec.cpp:11:14:   required from here",
+            ],
+        ),
     ],
 )
 def test_c_and_cpp_compiler_errors_keep_location_and_code_frame(name, errors):
@@ -130,7 +146,9 @@ def test_rust_compile_errors_keep_every_error_block():
     out = compact("rust_compile_error.txt")
     lines = out.split("\n")
     assert sum(line.startswith("error[E") for line in lines) == 5
-    assert "error: could not compile `inventory` (bin \"inventory\") due to 5 previous errors" in lines
+    assert (
+        'error: could not compile `inventory` (bin "inventory") due to 5 previous errors' in lines
+    )
     assert "  --> src/main.rs:25:21" in lines
     assert_faithful(fixture("rust_compile_error.txt"), out)
 
@@ -146,9 +164,17 @@ def test_rust_panic_keeps_message_and_backtrace_head():
 def test_go_panic_keeps_first_goroutine():
     # Go is not installed here; this output follows the runtime's format.
     text = "\n".join(
-        [log_lines(80), "panic: runtime error: index out of range [5] with length 3", "",
-         "goroutine 1 [running]:", "main.pick(...)", "\t/src/app/main.go:12",
-         "main.main()", "\t/src/app/main.go:20 +0x1d", "exit status 2"]
+        [
+            log_lines(80),
+            "panic: runtime error: index out of range [5] with length 3",
+            "",
+            "goroutine 1 [running]:",
+            "main.pick(...)",
+            "\t/src/app/main.go:12",
+            "main.main()",
+            "\t/src/app/main.go:20 +0x1d",
+            "exit status 2",
+        ]
     )
     body, _, _ = elide(text, 10, 10)
     assert "panic: runtime error: index out of range [5] with length 3" in body
@@ -176,7 +202,9 @@ def test_strategy_elides_only_old_outputs_and_reports_one_event():
     assert events[0].iterations == [1, 2, 3]
     assert events[0].tokens_after < events[0].tokens_before
     assert out[-4:] == history[-4:]  # the keep window (2 iterations) is intact
-    assert all(m.get("tool_call_id") == o.get("tool_call_id") for m, o in zip(history, out, strict=True))
+    assert all(
+        m.get("tool_call_id") == o.get("tool_call_id") for m, o in zip(history, out, strict=True)
+    )
 
 
 def test_strategy_does_nothing_under_target():
