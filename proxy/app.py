@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from proxy.calibration import Calibration
 from proxy.errors import ProxyError, error_body
 from proxy.routes import audit, chat, health, models, passthrough
 from proxy.settings import Settings
@@ -33,6 +34,7 @@ class Services:
     counter: TokenCounter
     store: Store
     windows: Windows
+    calibration: Calibration
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
@@ -50,6 +52,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
                     counter=TokenCounter(image_tokens=settings.compaction.image_tokens),
                     store=store,
                     windows=Windows(client),
+                    calibration=Calibration(),
                 )
                 yield
         finally:

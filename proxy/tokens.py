@@ -9,6 +9,7 @@ calibrated from the upstream's reported usage.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -75,6 +76,12 @@ class TokenCounter:
     def fingerprint(self) -> tuple[str, int, float]:
         """What, besides the messages, decides a count: for caches of results built on counts."""
         return (self._enc.name, self.image_tokens, self.correction)
+
+    def corrected(self, factor: float) -> TokenCounter:
+        """The same counter and cache, its estimates scaled by a calibration factor."""
+        view = copy.copy(self)
+        view.correction = factor
+        return view
 
     def estimate(self, raw: int) -> int:
         return math.ceil(raw * self.correction)

@@ -8,6 +8,7 @@ fail-<code>    answers HTTP <code> with an OpenAI error body (429 adds Retry-Aft
 reset          starts a stream, then drops the connection
 stall          starts a stream, then sends nothing
 hang           sends nothing at all, not even headers
+tight          refuses prompts of 2,000+ tokens (chars/4) as llama.cpp does, else echoes
 """
 
 from __future__ import annotations
@@ -100,6 +101,13 @@ class Script:
                 }
             }
             return JSONResponse(err, status_code=code, headers=headers)
+        if model == "tight":  # a llama.cpp-like server whose real window is 2,000 tokens
+            used = len(json.dumps(body["messages"])) // 4
+            if used >= 2000:
+                err = {"code": 400, "type": "exceed_context_size_error",
+                       "message": "the request exceeds the available context size",
+                       "n_prompt_tokens": used, "n_ctx": 2000}
+                return JSONResponse({"error": err}, status_code=400)
         if model == "hang":
             await asyncio.sleep(3600)
         if model == "tools":

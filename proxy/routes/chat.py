@@ -16,6 +16,7 @@ from proxy import upstream as up
 from proxy.compiler import Compiled, compile_request
 from proxy.deps import ClientAuth, JsonBody, ServicesDep
 from proxy.errors import ContextLengthExceeded, ModelNotFound, ProxyError
+from proxy.overflow import Overflow, parse_overflow
 from proxy.protocol import parse_chat
 from proxy.sessions import identify
 from proxy.sse import StreamAssembler
@@ -36,32 +37,29 @@ async def chat_completions(
         raise ModelNotFound(chat.model)
     key = identify(request.headers.get("x-session-id"), session, body)
     window = await services.windows.window(upstream, chat.model)
+    factor = services.calibration.factor(upstream.name, chat.model)
     try:
-        compiled = compile_request(
-            body, window=window, settings=services.settings.compaction, counter=services.counter
-        )
+        compiled = turn.compile(body, window, factor)
     except ContextLengthExceeded as exc:
         await turn.record(key, body, upstream.name, None)
         await turn.finish(status=exc.status, error=exc.body()["error"])
         raise
     await turn.record(key, body, upstream.name, compiled)
+    r = await turn.forward(upstream, body, compiled)
+    overflow = await _overflow_of(r)
+    if overflow and compiled.budget is not None:
+        # The upstream counted more than we estimated: learn from its figures, refit, retry once.
+        compiled = await turn.refit(body, compiled, overflow)
+        r = await turn.forward(upstream, body, compiled)
+        if again := await _overflow_of(r):
+            exc = ContextLengthExceeded(
+                again.prompt_tokens or compiled.tokens_compiled,
+                compiled.budget or 0,
+                again.window or compiled.window,
+            )
+            await turn.finish(status=exc.status, error=exc.body()["error"])
+            raise exc
     headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
-    outgoing = {**body, "messages": compiled.messages}
-    if upstream.kind == "ollama" and window:
-        # Ollama silently truncates to its num_ctx: make it the window we compiled for.
-        outgoing["options"] = {"num_ctx": window, **(body.get("options") or {})}
-    try:
-        r = await up.send(
-            services.client,
-            upstream,
-            "POST",
-            "/chat/completions",
-            json=outgoing,
-            stream=bool(chat.stream),
-        )
-    except ProxyError as exc:
-        await turn.finish(status=exc.status, error=exc.body()["error"])
-        raise
     if chat.stream and r.status_code < 400 and _is_event_stream(r):
         return StreamingResponse(
             turn.relay(r, upstream),
@@ -75,18 +73,101 @@ async def chat_completions(
     return Response(r.content, r.status_code, up.response_headers(r) | headers)
 
 
+async def _overflow_of(r: httpx.Response) -> Overflow | None:
+    if r.status_code < 400:
+        return None
+    await r.aread()
+    await r.aclose()
+    return parse_overflow(r.status_code, r.content)
+
+
 class Turn:
     """One exchange's record: written before forwarding, completed when the answer ends."""
 
     def __init__(self, services: Any, started: float):
+        self.services = services
         self.store = services.store
         self.pipeline = list(services.settings.compaction.pipeline)
         self.started = started
         self.ref: RequestRef | None = None
+        self.factor = 1.0
+        self.compiled: Compiled | None = None
+        self.attempts: list[dict[str, Any]] = []
+        self.upstream = self.model = ""
+
+    def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
+        self.factor = factor
+        self.compiled = compile_request(
+            body,
+            window=window,
+            settings=self.services.settings.compaction,
+            counter=self.services.counter.corrected(factor),
+        )
+        return self.compiled
+
+    async def forward(
+        self, upstream: Any, body: dict[str, Any], compiled: Compiled
+    ) -> httpx.Response:
+        outgoing = {**body, "messages": compiled.messages}
+        if upstream.kind == "ollama" and compiled.window:
+            # Ollama silently truncates to its num_ctx: make it the window we compiled for.
+            outgoing["options"] = {"num_ctx": compiled.window, **(body.get("options") or {})}
+        try:
+            return await up.send(
+                self.services.client,
+                upstream,
+                "POST",
+                "/chat/completions",
+                json=outgoing,
+                stream=bool(body.get("stream")),
+            )
+        except ProxyError as exc:
+            await self.finish(status=exc.status, error=exc.body()["error"])
+            raise
+
+    async def refit(self, body: dict[str, Any], first: Compiled, overflow: Overflow) -> Compiled:
+        self.attempts.append(
+            {
+                "tokens_compiled": first.tokens_compiled,
+                "budget": first.budget,
+                "window": first.window,
+                "factor": self.factor,
+                "upstream_prompt_tokens": overflow.prompt_tokens,
+                "upstream_window": overflow.window,
+            }
+        )
+        factor = self.factor * 1.25
+        if overflow.prompt_tokens and first.tokens_compiled:
+            self.observe(first, overflow.prompt_tokens)
+            factor = self.factor * overflow.prompt_tokens / first.tokens_compiled * 1.02
+        window = min(w for w in (first.window, overflow.window) if w)
+        try:
+            compiled = self.compile(body, window, factor)
+        except ContextLengthExceeded as exc:
+            await self.finish(status=exc.status, error=exc.body()["error"])
+            raise
+        if self.ref is not None:
+            await run_in_threadpool(
+                self.store.replace_compiled,
+                self.ref,
+                body["messages"],
+                compiled.messages,
+                tokens_compiled=compiled.tokens_compiled,
+                budget=compiled.budget,
+                window=compiled.window,
+                events=[e.to_dict() for e in compiled.events],
+            )
+        return compiled
+
+    def observe(self, compiled: Compiled, prompt_tokens: Any) -> None:
+        """Teach the calibration what the upstream counted for what we estimated."""
+        raw = compiled.tokens_compiled / self.factor
+        self.services.calibration.observe(self.upstream, self.model, round(raw), prompt_tokens)
 
     async def record(
         self, key: Any, body: dict[str, Any], upstream: str, compiled: Compiled | None
     ) -> None:
+        self.upstream, self.model = upstream, body["model"]
         self.ref = await run_in_threadpool(
             self.store.record_request,
             key.id,
@@ -117,6 +198,8 @@ class Turn:
     ) -> None:
         if self.ref is None:
             return
+        if isinstance(usage, dict) and self.compiled is not None and status < 400:
+            self.observe(self.compiled, usage.get("prompt_tokens"))
         now = time.monotonic()
         await run_in_threadpool(
             self.store.finish_exchange,
@@ -128,6 +211,7 @@ class Turn:
             partial=partial,
             usage=usage,
             error=error,
+            attempts=self.attempts or None,
         )
 
     async def finish_from_json(self, r: httpx.Response) -> None:

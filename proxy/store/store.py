@@ -129,6 +129,41 @@ class Store:
 
         return self._writer.run(work)
 
+    def replace_compiled(
+        self,
+        ref: RequestRef,
+        messages: list[dict[str, Any]],
+        compiled: list[dict[str, Any]],
+        *,
+        tokens_compiled: int,
+        budget: int | None,
+        window: int | None,
+        events: list[dict[str, Any]],
+    ) -> None:
+        """A retry sent another view (an upstream overflow healed): record that one instead."""
+        raw = [message_hash(m) for m in messages]
+        view_hashes = [message_hash(m) for m in compiled]
+        known = set(raw)
+        rewritten = {h: m for h, m in zip(view_hashes, compiled, strict=True) if h not in known}
+
+        def work(s: Session) -> None:
+            history.store_messages(s, rewritten, utcnow())
+            rows = [{"exchange_id": ref.exchange_id, "message_hash": h} for h in sorted(rewritten)]
+            insert_ignore(s, CompiledRef, rows)
+            s.execute(
+                update(ExchangeRow)
+                .where(ExchangeRow.id == ref.exchange_id)
+                .values(
+                    compiled=history.encode_view(raw, view_hashes),
+                    tokens_compiled=tokens_compiled,
+                    budget=budget,
+                    window=window,
+                    events=list(events),
+                )
+            )
+
+        self._writer.run(work)
+
     def finish_exchange(
         self,
         ref: RequestRef,

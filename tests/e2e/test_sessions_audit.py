@@ -121,3 +121,42 @@ def test_disconnected_stream_stored_as_partial(proxy: ServerThread, script: Scri
         time.sleep(0.05)
     assert x["exchange"]["partial"] is True
     assert x["response"]["content"].startswith("0 ")
+
+
+def test_upstream_overflow_heals_with_one_retry(
+    start_proxy, settings_for, upstream_url: str, script: Script
+) -> None:
+    # Configured as 16k, but the server's real window is 2k: the first view is refused.
+    proxy = start_proxy(settings_for(upstreams=[
+        {"name": "scripted", "base_url": upstream_url, "context_window": 16000}]))
+    history = [{"role": "system", "content": "You fix bugs."},
+               {"role": "user", "content": "Make the test suite pass."}]
+    for turn in range(4):
+        call = {"id": f"c{turn}", "type": "function",
+                "function": {"name": "run_tests", "arguments": "{}"}}
+        history += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": f"c{turn}", "content": noisy_log(turn)}]
+    history.append({"role": "user", "content": "And now?"})
+    r = httpx.post(proxy.url + "/v1/chat/completions", headers={"X-Session-Id": "heal-1"},
+                   json={"model": "tight", "messages": history, "max_tokens": 100}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert len(script.received) == 2  # refused once, then served
+    detail = httpx.get(proxy.url + "/sessions/heal-1/exchanges/1").json()
+    assert len(detail["attempts"]) == 1
+    assert detail["attempts"][0]["upstream_window"] == 2000
+    assert detail["exchange"]["window"] == 2000
+    assert detail["compiled_request"]["messages"] == script.received[-1]["messages"]
+    assert int(r.headers["x-ctxproxy-budget"]) < 2000
+
+
+def test_upstream_overflow_that_cannot_heal_is_one_clean_400(
+    start_proxy, settings_for, upstream_url: str, script: Script
+) -> None:
+    proxy = start_proxy(settings_for(upstreams=[
+        {"name": "scripted", "base_url": upstream_url, "context_window": 16000}]))
+    huge = [{"role": "user", "content": "word " * 3000}]  # the latest user turn: not ours to cut
+    r = httpx.post(proxy.url + "/v1/chat/completions", timeout=30,
+                   json={"model": "tight", "messages": huge, "max_tokens": 10})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and "2000" in err["message"]
