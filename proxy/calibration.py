@@ -39,13 +39,15 @@ async def exact_prompt_tokens(
     if upstream.kind == "llamacpp":
         r = await client.post(root + "/apply-template", json=fields, headers=headers, timeout=30)
         r.raise_for_status()
-        r = await client.post(root + "/tokenize", json={"content": r.json()["prompt"]},
-                              headers=headers, timeout=30)
+        r = await client.post(
+            root + "/tokenize", json={"content": r.json()["prompt"]}, headers=headers, timeout=30
+        )
         r.raise_for_status()
         return len(r.json()["tokens"])
     if upstream.kind == "vllm":
-        r = await client.post(root + "/tokenize", json={"model": body["model"], **fields},
-                              headers=headers, timeout=30)
+        r = await client.post(
+            root + "/tokenize", json={"model": body["model"], **fields}, headers=headers, timeout=30
+        )
         r.raise_for_status()
         return int(r.json()["count"])
     return None

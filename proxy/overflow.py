@@ -8,10 +8,15 @@ from dataclasses import dataclass
 
 _LIMIT = re.compile(r"maximum context length is (\d+)")
 # Most specific first: vLLM's "requested N tokens (M in the messages…)" counts the completion too.
-_PROMPT = [re.compile(p) for p in (
-    r"(\d+) in the messages", r"has (\d+) input tokens", r"messages resulted in (\d+) tokens",
-    r"requested (\d+) tokens",
-)]
+_PROMPT = [
+    re.compile(p)
+    for p in (
+        r"(\d+) in the messages",
+        r"has (\d+) input tokens",
+        r"messages resulted in (\d+) tokens",
+        r"requested (\d+) tokens",
+    )
+]
 
 
 @dataclass(frozen=True)

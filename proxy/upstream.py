@@ -47,6 +47,10 @@ def response_headers(r: httpx.Response) -> dict[str, str]:
     return {k: v for k, v in r.headers.items() if k.lower() not in _DROP_RESPONSE_HEADERS}
 
 
+def is_event_stream(r: httpx.Response) -> bool:
+    return "text/event-stream" in r.headers.get("content-type", "")
+
+
 def server_root(upstream: Upstream) -> str:
     """The server's root URL: llama.cpp's /props and Ollama's /api/* live beside /v1."""
     base = upstream.base_url

@@ -38,9 +38,6 @@ class Windows:
         self._cache[key] = (found, time.monotonic() + ttl)
         return found
 
-    def forget(self, upstream: Upstream, model: str) -> None:
-        self._cache.pop((upstream.name, model), None)
-
 
 async def discover(client: httpx.AsyncClient, upstream: Upstream, model: str) -> int | None:
     if upstream.kind == "llamacpp":

@@ -60,7 +60,7 @@ async def chat_completions(
             await turn.finish(status=exc.status, error=exc.body()["error"])
             raise exc
     headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
-    if chat.stream and r.status_code < 400 and _is_event_stream(r):
+    if chat.stream and r.status_code < 400 and up.is_event_stream(r):
         return StreamingResponse(
             turn.relay(r, upstream),
             r.status_code,
@@ -249,10 +249,6 @@ class Turn:
                     error=answer.error,
                     first=first,
                 )
-
-
-def _is_event_stream(r: httpx.Response) -> bool:
-    return "text/event-stream" in r.headers.get("content-type", "")
 
 
 def compilation_headers(compiled: Compiled) -> dict[str, str]:

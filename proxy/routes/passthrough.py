@@ -37,7 +37,7 @@ async def passthrough(
         params=request.query_params,
         stream=True,
     )
-    if "text/event-stream" in r.headers.get("content-type", ""):
+    if up.is_event_stream(r):
         return StreamingResponse(up.relay(r, upstream), r.status_code, up.response_headers(r))
     await r.aread()
     await r.aclose()

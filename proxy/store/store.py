@@ -91,17 +91,13 @@ class Store:
         if not messages:
             raise ValueError("a request needs at least one message")
         raw = [message_hash(m) for m in messages]
-        view_hashes = [message_hash(m) for m in compiled]
-        view = history.encode_view(raw, view_hashes)
-        known = set(raw)
-        rewritten = {h: m for h, m in zip(view_hashes, compiled, strict=True) if h not in known}
+        view, rewritten = _compiled_view(raw, compiled)
         params = {k: v for k, v in request.items() if k != "messages"}
 
         def work(s: Session) -> RequestRef:
             now = utcnow()
             seq = _next_seq(s, session_id, source, model, now)
             leaf, added = history.extend(s, session_id, messages, raw, now)
-            history.store_messages(s, rewritten, now)
             x = ExchangeRow(
                 session_id=session_id,
                 seq=seq,
@@ -123,8 +119,7 @@ class Store:
             )
             s.add(x)
             s.flush()
-            rows = [{"exchange_id": x.id, "message_hash": h} for h in sorted(rewritten)]
-            insert_ignore(s, CompiledRef, rows)
+            _keep_rewritten(s, x.id, rewritten, now)
             return RequestRef(session_id, seq, x.id, leaf, added)
 
         return self._writer.run(work)
@@ -141,20 +136,15 @@ class Store:
         events: list[dict[str, Any]],
     ) -> None:
         """A retry sent another view (an upstream overflow healed): record that one instead."""
-        raw = [message_hash(m) for m in messages]
-        view_hashes = [message_hash(m) for m in compiled]
-        known = set(raw)
-        rewritten = {h: m for h, m in zip(view_hashes, compiled, strict=True) if h not in known}
+        view, rewritten = _compiled_view([message_hash(m) for m in messages], compiled)
 
         def work(s: Session) -> None:
-            history.store_messages(s, rewritten, utcnow())
-            rows = [{"exchange_id": ref.exchange_id, "message_hash": h} for h in sorted(rewritten)]
-            insert_ignore(s, CompiledRef, rows)
+            _keep_rewritten(s, ref.exchange_id, rewritten, utcnow())
             s.execute(
                 update(ExchangeRow)
                 .where(ExchangeRow.id == ref.exchange_id)
                 .values(
-                    compiled=history.encode_view(raw, view_hashes),
+                    compiled=view,
                     tokens_compiled=tokens_compiled,
                     budget=budget,
                     window=window,
@@ -325,3 +315,22 @@ def _collect_garbage(s: Session, candidates: list[str]) -> None:
                 ~exists().where(ExchangeRow.response_hash == MessageRow.hash),
             )
         )
+
+
+def _compiled_view(
+    raw: list[str], compiled: list[dict[str, Any]]
+) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    """The view encoded against the raw history, and the messages a strategy rewrote."""
+    view_hashes = [message_hash(m) for m in compiled]
+    known = set(raw)
+    rewritten = {h: m for h, m in zip(view_hashes, compiled, strict=True) if h not in known}
+    return history.encode_view(raw, view_hashes), rewritten
+
+
+def _keep_rewritten(
+    s: Session, exchange_id: int, rewritten: dict[str, dict[str, Any]], now: Any
+) -> None:
+    """Store the rewritten messages and mark them used by the exchange (deletes check this)."""
+    history.store_messages(s, rewritten, now)
+    rows = [{"exchange_id": exchange_id, "message_hash": h} for h in sorted(rewritten)]
+    insert_ignore(s, CompiledRef, rows)

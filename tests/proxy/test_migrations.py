@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,30 +16,9 @@ import migrations
 from proxy.cli import main
 from proxy.store import Store
 from proxy.store.models import Base
+from tests.postgres import postgres_database
 
-PG_ADMIN = os.environ.get("CTXPROXY_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TABLES = {"sessions", "messages", "entries", "exchanges", "exchange_messages"}
-
-
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    psycopg = pytest.importorskip("psycopg", reason="psycopg not installed")
-    from sqlalchemy.engine import make_url
-
-    admin = make_url(PG_ADMIN)
-    name = f"ctxproxy_migr_{uuid.uuid4().hex[:10]}"
-    dsn = f"host={admin.host} port={admin.port or 5432} user={admin.username}"
-    dsn += f" dbname={admin.database}"
-    try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL unreachable at {admin.host}:{admin.port}: {exc}")
-    try:
-        yield admin.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -50,7 +26,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'migrate.db'}"
         return
-    with postgres_database() as pg:
+    with postgres_database("ctxproxy_migr") as pg:
         yield pg
 
 

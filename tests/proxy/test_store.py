@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +13,7 @@ from sqlalchemy import func, select
 from proxy.store import AmbiguousPrefix, RequestRef, Store
 from proxy.store.models import EntryRow, ExchangeRow, MessageRow
 from strategies.base import message_hash, original_ref
-
-PG_ADMIN = os.environ.get("CTXPROXY_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+from tests.postgres import postgres_database
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 60}
 EVENT = {
@@ -31,28 +27,6 @@ EVENT = {
 }
 
 
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    """A throwaway PostgreSQL database, or a skip that says why there is none."""
-    psycopg = pytest.importorskip("psycopg", reason="psycopg not installed")
-    from sqlalchemy.engine import make_url
-
-    admin = make_url(PG_ADMIN)
-    name = f"ctxproxy_store_{uuid.uuid4().hex[:10]}"
-    dsn = f"host={admin.host} port={admin.port or 5432} user={admin.username}"
-    dsn += f" dbname={admin.database}"
-    try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL unreachable at {admin.host}:{admin.port}: {exc}")
-    try:
-        yield admin.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "sqlite":
@@ -61,7 +35,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         yield s
         s.close()
         return
-    with postgres_database() as url:
+    with postgres_database("ctxproxy_store") as url:
         s = Store(url)
         s.upgrade()
         yield s
