@@ -25,8 +25,9 @@ class Compiled:
     events: list[CompactionEvent] = field(default_factory=list)
 
     def summary(self) -> str:
-        """For the X-Ctxproxy-Compaction header: "none", or the passes in order of first use."""
-        labels = list(dict.fromkeys(e.label for e in self.events))
+        """For the X-Ctxproxy-Compaction header: the passes that fired for this request, in
+        order of first use, or "none" when the view only carries over earlier turns' passes."""
+        labels = list(dict.fromkeys(e.label for e in self.events if not e.replayed))
         return ",".join(labels) or "none"
 
 

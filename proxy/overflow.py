@@ -33,7 +33,9 @@ def parse_overflow(status: int, body: bytes) -> Overflow | None:
         data = json.loads(body)
     except ValueError:
         return None
-    err = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    err = data.get("error", data)  # vLLM's ErrorResponse has its fields at the top level
     if isinstance(err, str):  # some servers answer {"error": "message"}
         err = {"message": err}
     if not isinstance(err, dict):

@@ -158,6 +158,8 @@ class CompactionEvent:
     tokens_after: int
     chars_removed: int
     reason: str
+    # True for the passes of earlier turns that this view carries over; False for what fired now.
+    replayed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -108,6 +108,7 @@ def merge(events: Sequence[CompactionEvent]) -> list[CompactionEvent]:
             group[-1].tokens_after,
             sum(e.chars_removed for e in group),
             f"{group[0].reason}; replayed from earlier turns ({len(group)} passes)",
+            replayed=True,
         )
         for group in by_label.values()
     ]

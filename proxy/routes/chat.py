@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,7 +15,8 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from proxy import upstream as up
-from proxy.compiler import Compiled, compile_request
+from proxy.calibration import exact_prompt_tokens
+from proxy.compiler import Compiled, compile_request, message_budget
 from proxy.deps import ClientAuth, JsonBody, ServicesDep
 from proxy.errors import ContextLengthExceeded, ModelNotFound, ProxyError
 from proxy.overflow import Overflow, parse_overflow
@@ -23,6 +26,7 @@ from proxy.sse import StreamAssembler
 from proxy.store import RequestRef
 
 router = APIRouter(dependencies=[ClientAuth])
+log = logging.getLogger("ctxproxy.chat")
 
 
 @router.post("/v1/chat/completions")
@@ -30,16 +34,17 @@ router = APIRouter(dependencies=[ClientAuth])
 async def chat_completions(
     request: Request, body: JsonBody, services: ServicesDep, session: str | None = None
 ) -> Response:
-    turn = Turn(services, time.monotonic())
+    started = time.monotonic()
     chat = parse_chat(body)
     upstream = services.settings.upstream_for(chat.model)
     if upstream is None:
         raise ModelNotFound(chat.model)
+    turn = Turn(services, started, upstream.name, chat.model)
     key = identify(request.headers.get("x-session-id"), session, body)
     window = await services.windows.window(upstream, chat.model)
     factor = services.calibration.factor(upstream.name, chat.model)
     try:
-        compiled = turn.compile(body, window, factor)
+        compiled = await turn.fit(upstream, body, window, factor)
     except ContextLengthExceeded as exc:
         await turn.record(key, body, upstream.name, None)
         await turn.finish(status=exc.status, error=exc.body()["error"])
@@ -84,8 +89,9 @@ async def _overflow_of(r: httpx.Response) -> Overflow | None:
 class Turn:
     """One exchange's record: written before forwarding, completed when the answer ends."""
 
-    def __init__(self, services: Any, started: float):
+    def __init__(self, services: Any, started: float, upstream: str, model: str):
         self.services = services
+        self.upstream, self.model = upstream, model
         self.store = services.store
         self.pipeline = list(services.settings.compaction.pipeline)
         self.started = started
@@ -93,7 +99,6 @@ class Turn:
         self.factor = 1.0
         self.compiled: Compiled | None = None
         self.attempts: list[dict[str, Any]] = []
-        self.upstream = self.model = ""
 
     def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
         self.factor = factor
@@ -104,6 +109,29 @@ class Turn:
             counter=self.services.counter.corrected(factor),
         )
         return self.compiled
+
+    async def fit(
+        self, upstream: Any, body: dict[str, Any], window: int | None, factor: float
+    ) -> Compiled:
+        """Compile; in exact mode, recount with the upstream's tokenizer and refit if needed."""
+        compiled = self.compile(body, window, factor)
+        if upstream.tokenizer != "upstream" or window is None:
+            return compiled
+        limit = message_budget(body, window, self.services.settings.compaction, 0)
+        for attempt in range(3):
+            outgoing = {**body, "messages": compiled.messages}
+            try:
+                exact = await exact_prompt_tokens(self.services.client, upstream, outgoing)
+            except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:
+                log.warning("exact count on %s failed, estimating: %r", upstream.name, exc)
+                return compiled
+            if exact is None:
+                return compiled
+            self.observe(compiled, exact)
+            if exact <= limit or attempt == 2:
+                return dataclasses.replace(compiled, tokens_compiled=exact)
+            compiled = self.compile(body, window, self.factor * exact / compiled.tokens_compiled)
+        return compiled
 
     async def forward(
         self, upstream: Any, body: dict[str, Any], compiled: Compiled
@@ -137,9 +165,10 @@ class Turn:
             }
         )
         factor = self.factor * 1.25
-        if overflow.prompt_tokens and first.tokens_compiled:
-            self.observe(first, overflow.prompt_tokens)
-            factor = self.factor * overflow.prompt_tokens / first.tokens_compiled * 1.02
+        estimated = self.compiled or first  # the estimate, also where `first` is an exact count
+        if overflow.prompt_tokens and estimated.tokens_compiled:
+            self.observe(estimated, overflow.prompt_tokens)
+            factor = self.factor * overflow.prompt_tokens / estimated.tokens_compiled * 1.02
         window = min(w for w in (first.window, overflow.window) if w)
         try:
             compiled = self.compile(body, window, factor)
@@ -167,7 +196,6 @@ class Turn:
     async def record(
         self, key: Any, body: dict[str, Any], upstream: str, compiled: Compiled | None
     ) -> None:
-        self.upstream, self.model = upstream, body["model"]
         self.ref = await run_in_threadpool(
             self.store.record_request,
             key.id,

@@ -163,8 +163,8 @@ def get_history(s: Session, session_id: str, leaf_entry_id: int | None = None) -
 def _phases(events: list[Any]) -> list[str]:
     labels: list[str] = []
     for e in events:
-        if not isinstance(e, dict):
-            continue
+        if not isinstance(e, dict) or e.get("replayed"):
+            continue  # the passes that fired for this exchange, as X-Ctxproxy-Compaction says
         label = str(e.get("strategy", "?"))
         if e.get("phase") is not None:
             label += f":{e['phase']}"
@@ -279,8 +279,8 @@ def _phase_stats(s: Session) -> list[PhaseStats]:
     acc: dict[tuple[str, int | None], list[int]] = {}
     for events in s.scalars(select(ExchangeRow.events).execution_options(yield_per=500)):
         for e in events or []:
-            if not isinstance(e, dict):
-                continue
+            if not isinstance(e, dict) or e.get("replayed"):
+                continue  # a pass carried over from an earlier turn was counted when it fired
             phase = e.get("phase")
             key = (str(e.get("strategy", "?")), phase if isinstance(phase, int) else None)
             a = acc.setdefault(key, [0, 0, 0, 0])

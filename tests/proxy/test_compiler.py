@@ -79,7 +79,9 @@ def test_seed_demo_through_the_compiler():
     b = body([seed, "ok", "ok", "ok"])
     budget = COUNTER.count_messages(b["messages"]) / 0.7  # over the 0.6 trigger
     result = compile_(b, math.ceil((budget + 1024) / 0.95))
-    assert result.summary() == "traceback"
+    # The pass fired at an earlier request point of this history, so this request carries it.
+    assert [e.label for e in result.events] == ["traceback"] and result.events[0].replayed
+    assert result.summary() == "none"
     out = result.messages[3]["content"]
     assert "AttributeError: 'Config' object has no attribute 'database_url'" in out
     assert 'return {"url": cfg.database_url}' in out
@@ -159,3 +161,12 @@ def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None
     with pytest.raises(ContextLengthExceeded):
         compile_request(too_big, window=4096, settings=CompactionSettings(),
                         counter=TokenCounter())
+
+
+def test_summary_names_only_what_fired_for_this_request():
+    from strategies.base import CompactionEvent
+
+    carried = CompactionEvent("tiered", 1, [1], 10, 5, 9, "r; replayed", replayed=True)
+    fresh = CompactionEvent("sliding_window", None, [2], 10, 5, 9, "r")
+    assert Compiled([], 0, 0, 1, 1, [carried]).summary() == "none"
+    assert Compiled([], 0, 0, 1, 1, [carried, fresh]).summary() == "sliding_window"
