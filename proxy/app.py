@@ -16,7 +16,8 @@ from starlette.exceptions import HTTPException
 
 from proxy.calibration import Calibration
 from proxy.errors import ProxyError, error_body
-from proxy.routes import audit, chat, health, models, passthrough
+from proxy.observe import Metrics, RequestMetrics
+from proxy.routes import audit, chat, health, metrics, models, passthrough, ui
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.tokens import TokenCounter
@@ -35,6 +36,7 @@ class Services:
     store: Store
     windows: Windows
     calibration: Calibration
+    metrics: Metrics
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
@@ -53,19 +55,35 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
                     store=store,
                     windows=Windows(client),
                     calibration=Calibration(),
+                    metrics=app_metrics,
                 )
                 yield
         finally:
             store.close()
 
+    app_metrics = Metrics()  # per app, not a global registry: tests build many apps
     app = FastAPI(title="ctxproxy", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(RequestMetrics, metrics=app_metrics)
     app.include_router(health.router)
     app.include_router(audit.router)
     app.include_router(chat.router)
     app.include_router(models.router)
     app.include_router(passthrough.router)
+    app.include_router(ui.router)
+    app.include_router(metrics.router)
     _install_error_handlers(app)
     return app
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn's app factory for `ctxproxy serve --workers N`: each worker process reads the
+    settings from $CTXPROXY_CONFIG (or ./config.yaml) and CTXPROXY_* variables."""
+    from proxy.observe import configure_logging
+    from proxy.settings import load_settings
+
+    settings = load_settings()
+    configure_logging(settings.log_level)
+    return create_app(settings)
 
 
 def _install_error_handlers(app: FastAPI) -> None:

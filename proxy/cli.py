@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from proxy.settings import ConfigError, Settings, load_settings
 
@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the proxy")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers", type=int, default=1, help="worker processes sharing the port (default 1)"
+    )
     sub.add_parser("migrate", help="upgrade the configured database to the newest schema")
     sessions = sub.add_parser("sessions", help="list sessions, or show one session's turns")
     sessions.add_argument("session_id", nargs="?", help="show this session's turns")
@@ -38,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        return serve_forever(settings, args.host, args.port)
+        config = getattr(args, "sub_config", None) or args.config
+        return serve_forever(settings, args.host, args.port, args.workers, config)
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "sessions":
@@ -46,23 +50,51 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def serve_forever(settings: Settings, host: str | None, port: int | None) -> int:
+def serve_forever(
+    settings: Settings,
+    host: str | None,
+    port: int | None,
+    workers: int = 1,
+    config: str | None = None,
+) -> int:
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.observe import configure_logging
 
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if workers < 1:
+        print("ctxproxy: --workers must be 1 or more", file=sys.stderr)
+        return 2
+    if workers > 1 and _in_memory_sqlite(settings.database_url):
+        print(
+            "ctxproxy: --workers needs a database the processes can share; an in-memory SQLite "
+            "database exists once per process (use a SQLite file or PostgreSQL)",
+            file=sys.stderr,
+        )
+        return 2
+    configure_logging(settings.log_level)
+    # Before any worker starts, so workers never race each other to migrate.
     _upgrade(settings)  # an empty or outdated database is brought up to date at start
-    uvicorn.run(
-        create_app(settings),
-        host=host or settings.listen.host,
-        port=settings.listen.port if port is None else port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=30,
-    )
+    options: dict[str, Any] = {
+        "host": host or settings.listen.host,
+        "port": settings.listen.port if port is None else port,
+        "log_level": settings.log_level,
+        "timeout_graceful_shutdown": 30,
+    }
+    if workers == 1:
+        uvicorn.run(create_app(settings), **options)
+        return 0
+    if config:  # worker processes inherit the environment: point them at the same file
+        os.environ["CTXPROXY_CONFIG"] = os.path.abspath(config)
+    uvicorn.run("proxy.app:app_from_env", factory=True, workers=workers, **options)
     return 0
+
+
+def _in_memory_sqlite(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
 
 
 def _upgrade(settings: Settings) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 from typing import Annotated, Any
 
@@ -23,6 +25,18 @@ def bearer_token(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def basic_password(request: Request) -> str | None:
+    """The password of HTTP Basic auth: how a browser following a plain link sends a key."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        _, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return password or None
 
 
 def key_matches(given: str | None, allowed: list[str]) -> bool:

@@ -8,6 +8,7 @@ ProxyError
  ├── NotFound                 404 (ModelNotFound: code=model_not_found)
  ├── PayloadTooLarge          413
  ├── UpstreamUnavailable      502 upstream_error
+ │    └── UpstreamInvalid        502 code=upstream_invalid_response
  └── UpstreamTimeout          504 upstream_error
 """
 
@@ -88,6 +89,10 @@ class UpstreamUnavailable(ProxyError):
     status = 502
     type = "upstream_error"
     code = "upstream_unavailable"
+
+
+class UpstreamInvalid(UpstreamUnavailable):
+    code = "upstream_invalid_response"
 
 
 class UpstreamTimeout(ProxyError):

@@ -56,9 +56,27 @@ class ChatRequest(_Open):
     metadata: dict[str, Any] | None = None
 
 
+def chat_openapi() -> dict[str, Any]:
+    """The request body for OpenAPI: the route reads raw bytes (for the size limit), so FastAPI
+    cannot derive it. References are inlined, since a route's schema has no $defs of its own."""
+    schema = ChatRequest.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items()}
+        return [inline(v) for v in node] if isinstance(node, list) else node
+
+    body = {"required": True, "content": {"application/json": {"schema": inline(schema)}}}
+    return {"requestBody": body}
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
         raise BadRequest("Invalid JSON body: nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
@@ -68,6 +86,18 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     if b"\\ud" in raw.lower() and not _is_valid_unicode(data):
         raise BadRequest("Invalid JSON body: a string holds an unpaired UTF-16 surrogate")
     return data
+
+
+def _not_json(name: str) -> Any:
+    # Python's json takes NaN and Infinity, which JSON has not and the forwarding encoder refuses.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
 
 
 def _is_valid_unicode(data: Any) -> bool:
@@ -82,6 +112,22 @@ def parse_chat(data: dict[str, Any]) -> ChatRequest:
     try:
         return ChatRequest.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
+        located = [(_in_data(data, err["loc"]), err) for err in exc.errors()]
+        path, err = max(located, key=lambda pe: len(pe[0]))  # the most specific; first on ties
+        where = ".".join(str(p) for p in path)
         raise BadRequest(f"Invalid request: {where}: {err['msg']}", param=where) from None
+
+
+def _in_data(data: Any, loc: tuple[Any, ...]) -> list[Any]:
+    """The error's location as keys into the request: without pydantic's union member tags
+    ("str", "list[dict[str,any]]"), but keeping a missing field's name at the end."""
+    path, node = [], data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif not (isinstance(node, dict) and i == len(loc) - 1):
+            continue
+        path.append(part)
+    return path

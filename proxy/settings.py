@@ -73,6 +73,7 @@ class CompactionSettings(_Strict):
     safety_margin: float = Field(0.05, ge=0, lt=1)
     target: float = Field(0.5, gt=0, le=1)
     image_tokens: int = Field(765, ge=0)
+    invalid_pairing: Literal["reject", "repair", "pass"] = "reject"
     traceback: TracebackSettings = TracebackSettings()
     tiered: TieredSettings = TieredSettings()
     fold: FoldSettings = FoldSettings()
@@ -107,6 +108,7 @@ class Settings(BaseSettings):
     ]
     compaction: CompactionSettings = CompactionSettings()
     log_level: str = "info"
+    log_content: bool = False  # message text in the access log (privacy: off by default)
 
     @classmethod
     def settings_customise_sources(

@@ -18,23 +18,31 @@ class StreamAssembler:
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
         self.done = False
+        self.malformed: bytes | None = None  # the first line that is not OpenAI's SSE; then stop
 
     def feed(self, chunk: bytes) -> None:
+        if self.malformed is not None:
+            return
         self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
         for line in lines:
             if line.startswith(b"data:"):
-                self._event(line[5:].strip())
+                self._event(line, line[5:].strip())
+            elif not _is_sse_line(line):
+                self.malformed = line
+            if self.malformed is not None:
+                return
 
-    def _event(self, data: bytes) -> None:
+    def _event(self, line: bytes, data: bytes) -> None:
         if data == b"[DONE]":
             self.done = True
             return
         try:
-            event = json.loads(data)
+            event = json.loads(data) if data else {}
         except ValueError:
-            return
+            event = None
         if not isinstance(event, dict):
+            self.malformed = line
             return
         if isinstance(event.get("error"), dict):
             self.error = event["error"]
@@ -69,3 +77,13 @@ class StreamAssembler:
         if self.tool_calls:
             msg["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
         return msg
+
+
+_FIELDS = (b"data", b"event", b"id", b"retry")
+
+
+def _is_sse_line(line: bytes) -> bool:
+    """Blank, a comment, a bare field name or `name: value` (unknown names are SSE too, and
+    llama.cpp sends `error: {...}`); not a stray text line such as an HTML error page."""
+    line = line.rstrip(b"\r")
+    return not line or b":" in line or line in _FIELDS

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 Lines = Sequence[str]
 # Given the lines and the start index, return the indexes of the block (start included).
@@ -150,3 +151,57 @@ def evidence(lines: Lines) -> set[int]:
 def families(lines: Lines) -> set[str]:
     """Which rule families matched; for tests and event reasons."""
     return {r.family for line in lines for r in RULES if r.start.search(line)}
+
+
+# --- ranking: which evidence lines to keep when only a few fit ---------------------------------
+
+_E_PREFIX = re.compile(r"^E\s+")
+HEADLINE = re.compile(
+    r"^(?:error(?:\[E\d+\])?|fatal error|panic): |^thread '.*' panicked at|^Exception in thread "
+    r"|^Caused by: |^\S[^:]*:\d+:\d+: (?:fatal )?error: |\(\d+,\d+\): error TS\d+: "
+    r"| - error TS\d+: |^\s*--- FAIL: |undefined reference to "
+)
+LOCATION = re.compile(
+    r'^\s*File ".*", line \d+|^[\w./\\-]+\.py:\d+: \w+$|^\s*--> \S+:\d+|^\S.*\.[cm]?[jt]sx?:\d+$'
+    r"|^\s+at .*:\d+:\d+\)?$|required from here$|^\s+\S+_test\.go:\d+: |^(?:FAILED|ERROR|FAIL) \S"
+    r"|^make(?:\[\d+\])?: \*\*\* "
+)
+TRAILER = re.compile(r"^error: (?:aborting due to|could not compile)")
+# Carets, gutters and rules say nothing on their own; runtime-internal frames rarely help.
+NOISE = re.compile(r"^[\s|^~+\-_=.]*$|^\s+at .*(?:\(node:internal/|\(native\)$)")
+
+
+def _tier(line: str) -> int:
+    bare = _E_PREFIX.sub("", line)
+    if TRAILER.match(line) or NOISE.match(line):
+        return 3
+    if EXC_LINE.match(bare.strip()) or HEADLINE.search(line):
+        return 0
+    return 1 if LOCATION.search(line) else 2
+
+
+def _both_ends(indexes: list[int]) -> list[int]:
+    """Last, first, second last, second…: a runtime's final exception comes last, a compiler's
+    root error first, and a short excerpt should hold both."""
+    out, lo, hi = [], 0, len(indexes) - 1
+    while lo <= hi:
+        out.append(indexes[hi])
+        if lo < hi:
+            out.append(indexes[lo])
+        lo, hi = lo + 1, hi - 1
+    return out
+
+
+def ranked(lines: Lines) -> list[int]:
+    """The evidence lines, most telling first: error and exception lines, then locations and
+    failed tests, then the rest of the blocks; lines with nothing to read alone are left out."""
+    tiers: dict[int, list[int]] = {0: [], 1: [], 2: [], 3: []}
+    for i in sorted(evidence(lines)):
+        tiers[_tier(lines[i])].append(i)
+    return [i for t in (0, 1, 2) for i in _both_ends(tiers[t])]
+
+
+@lru_cache(maxsize=8192)
+def bears_evidence(text: str) -> bool:
+    """Whether any line of the text starts an evidence block. Cached: asked on every compaction."""
+    return any(r.start.search(line) for line in text.split("\n") for r in RULES)

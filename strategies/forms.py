@@ -12,9 +12,12 @@ from typing import Any
 
 from strategies.base import Message, canonical_json, original_ref, text_of, tool_calls, with_content
 from strategies.elide import render
-from strategies.evidence import evidence
+from strategies.evidence import evidence, ranked
 
 MAX_EVIDENCE_LINES = 40  # phase-1 keeps the last ones: the final error is nearest the end
+# A placeholder that keeps evidence keeps only the most telling lines: a fold must stay small.
+EXCERPT_LINES = 8
+EXCERPT_CHARS = 600
 ARG_CHARS = 40
 _NOTE = "[Truncated — 00,000 chars removed; original: /messages/0123456789abcdef]"
 _SHORTENED = re.compile(r"…\[\+[\d,]+ chars\]$")
@@ -30,16 +33,42 @@ def _size(msg: Message) -> tuple[int, int] | None:
     return len(text), text.count("\n") + 1
 
 
-def folded_output(msg: Message, name: str) -> Message | None:
+def folded_output(msg: Message, name: str, *, keep_evidence: bool = False) -> Message | None:
+    """A placeholder naming the original; with keep_evidence, followed by up to EXCERPT_LINES of
+    the output's error evidence, verbatim and in their original order."""
     size = _size(msg)
     if msg.get("role") != "tool" or size is None:
         return None
     chars, lines = size
-    return with_content(
-        msg,
+    text = text_of(msg) if keep_evidence else None
+    kept = excerpt(text) if text else ()
+    note = f", {len(kept)} evidence {'line' if len(kept) == 1 else 'lines'} kept" if kept else ""
+    header = (
         f"[Output of tool '{name}' folded: {chars:,} chars, {lines:,} "
-        f"{'line' if lines == 1 else 'lines'}; original: {original_ref(msg)}]",
+        f"{'line' if lines == 1 else 'lines'}{note}; original: {original_ref(msg)}]"
     )
+    return with_content(msg, "\n".join((header, *kept)))
+
+
+@lru_cache(maxsize=4096)
+def excerpt(text: str) -> tuple[str, ...]:
+    """The most telling evidence lines that fit EXCERPT_LINES and EXCERPT_CHARS, in text order.
+
+    Cached: an old output is folded again on every turn of a session.
+    """
+    lines = text.split("\n")
+    picked: list[int] = []
+    used = 0
+    seen: set[str] = set()
+    for i in ranked(lines):
+        if len(picked) == EXCERPT_LINES:
+            break
+        line = lines[i]
+        if line not in seen and used + len(line) + 1 <= EXCERPT_CHARS:
+            seen.add(line)  # the same failure twice tells nothing new
+            picked.append(i)
+            used += len(line) + 1
+    return tuple(lines[i] for i in sorted(picked))
 
 
 def folded_text(msg: Message) -> Message | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from strategies.base import (
     PROMPT_ROLES,
@@ -19,27 +21,49 @@ from strategies.base import (
 )
 
 
-def pairing_problems(messages: Sequence[Message]) -> Counter[str]:
-    """Each tool call answered by a tool message right after it; each tool message answering one."""
-    problems: Counter[str] = Counter()
+@dataclass(frozen=True)
+class PairingFault:
+    """One broken pairing: the message at `index` and the tool call id it concerns."""
+
+    index: int
+    call_id: Any
+    kind: Literal["orphan_result", "unanswered_call"]
+
+    def describe(self) -> str:
+        if self.kind == "orphan_result":
+            return f"tool message {self.call_id!r} answers no call"
+        return f"tool call {self.call_id!r} unanswered"
+
+
+def pairing_faults(messages: Sequence[Message]) -> list[PairingFault]:
+    """Each tool call answered by a tool message right after it; each tool message answering one.
+
+    An unanswered call is reported at its assistant message, an orphan result at itself.
+    """
+    faults: list[PairingFault] = []
     i, n = 0, len(messages)
     while i < n:
         ids = [c.get("id") for c in tool_calls(messages[i])]
         if not ids:
             if messages[i].get("role") == "tool":
-                problems[f"tool message {messages[i].get('tool_call_id')!r} answers no call"] += 1
+                faults.append(PairingFault(i, messages[i].get("tool_call_id"), "orphan_result"))
             i += 1
             continue
-        i, answered = i + 1, set()
+        caller, i, answered = i, i + 1, set()
         while i < n and messages[i].get("role") == "tool":
             tid = messages[i].get("tool_call_id")
             if tid in ids and tid not in answered:
                 answered.add(tid)
             else:
-                problems[f"tool message {tid!r} answers no call"] += 1
+                faults.append(PairingFault(i, tid, "orphan_result"))
             i += 1
-        problems.update(f"tool call {tid!r} unanswered" for tid in ids if tid not in answered)
-    return problems
+        faults += [PairingFault(caller, t, "unanswered_call") for t in ids if t not in answered]
+    return faults
+
+
+def pairing_problems(messages: Sequence[Message]) -> Counter[str]:
+    """The pairing faults by description, counted: what the gate compares before and after."""
+    return Counter(f.describe() for f in pairing_faults(messages))
 
 
 def final_turn(messages: Sequence[Message]) -> int:

@@ -18,6 +18,9 @@ from strategies.base import (
 from strategies.elide import elide
 
 
+HEAD_CHARS, TAIL_CHARS = 600, 300
+
+
 def elided(msg: Message, name: str, *, min_chars: int, head: int, tail: int) -> Message | None:
     """The message with its output elided, or None if it is short or would not shrink."""
     text = text_of(msg)
@@ -27,6 +30,10 @@ def elided(msg: Message, name: str, *, min_chars: int, head: int, tail: int) -> 
     if result is None:
         return None
     body, kept, total = result
+    if kept == 0:
+        # No whole line could stay (one huge line, e.g. a JSON dump): keep its ends instead.
+        cut = len(text) - HEAD_CHARS - TAIL_CHARS
+        body = f"{text[:HEAD_CHARS]}[… {cut:,} chars elided …]{text[-TAIL_CHARS:]}"
     header = (
         f"[Output of tool '{name}' elided: kept {kept:,} of {total:,} lines "
         f"({len(text):,} chars in full); original: {original_ref(msg)}]"

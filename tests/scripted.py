@@ -9,6 +9,11 @@ reset          starts a stream, then drops the connection
 stall          starts a stream, then sends nothing
 hang           sends nothing at all, not even headers
 tight          refuses prompts of 2,000+ tokens (chars/4) as llama.cpp does, else echoes
+garbled        streams one chunk, then an event whose JSON is cut off, then more and [DONE]
+not-sse        answers 200 text/event-stream with an HTML error page for a body
+bulk           streams 64 chunks of 64 KiB as fast as the reader takes them (4 MiB in all)
+
+`streaming` counts the streams in progress, so a test can see that the proxy let go of one.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class Script:
         self.headers: list[dict[str, str]] = []
         self.gate = threading.Event()
         self.slow_finished: list[bool | None] = []  # per 'slow' stream, see _slow
+        self.streaming = 0
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
@@ -49,6 +55,7 @@ class Script:
         self.headers.clear()
         self.slow_finished.clear()
         self.gate.clear()
+        self.streaming = 0
 
     async def models(self, request: Request) -> Response:
         return JSONResponse(
@@ -104,9 +111,13 @@ class Script:
         if model == "tight":  # a llama.cpp-like server whose real window is 2,000 tokens
             used = len(json.dumps(body["messages"])) // 4
             if used >= 2000:
-                err = {"code": 400, "type": "exceed_context_size_error",
-                       "message": "the request exceeds the available context size",
-                       "n_prompt_tokens": used, "n_ctx": 2000}
+                err = {
+                    "code": 400,
+                    "type": "exceed_context_size_error",
+                    "message": "the request exceeds the available context size",
+                    "n_prompt_tokens": used,
+                    "n_ctx": 2000,
+                }
                 return JSONResponse({"error": err}, status_code=400)
         if model == "hang":
             await asyncio.sleep(3600)
@@ -120,8 +131,21 @@ class Script:
             "slow": self._slow,
             "reset": self._reset,
             "stall": self._stall,
+            "garbled": self._garbled,
+            "not-sse": self._not_sse,
+            "bulk": self._bulk,
         }.get(model, self._words)
-        return StreamingResponse(source(model, text, body), media_type="text/event-stream")
+        return StreamingResponse(
+            self._counted(source(model, text, body)), media_type="text/event-stream"
+        )
+
+    async def _counted(self, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        self.streaming += 1
+        try:
+            async for part in source:
+                yield part
+        finally:
+            self.streaming -= 1
 
     def _tools(self, body: dict[str, Any], stream: bool) -> Response:
         # Ids stay unique across an agent loop's turns: numbered by the answers so far.
@@ -199,6 +223,23 @@ class Script:
     async def _stall(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
         yield sse(chunk(model, {"role": "assistant", "content": "partial"}))
         await asyncio.sleep(3600)
+
+    async def _garbled(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        yield sse(chunk(model, {"role": "assistant", "content": "partial"}))
+        await asyncio.sleep(0.01)
+        yield b'data: {"choices": [{"delta": {"content": "cut off\n\n'
+        yield sse(chunk(model, {"content": " after"}, finish="stop"))
+        yield b"data: [DONE]\n\n"
+
+    async def _not_sse(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        yield b"<html><body><h1>502 Bad Gateway</h1></body></html>\n"
+
+    async def _bulk(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        yield sse(chunk(model, {"role": "assistant", "content": ""}))
+        for i in range(64):
+            yield sse(chunk(model, {"content": f"{i % 10}" * 65536}))
+        yield sse(chunk(model, {}, finish="stop"))
+        yield b"data: [DONE]\n\n"
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:

@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from proxy.deps import ServicesDep, bearer_token, key_matches
+from proxy.deps import ServicesDep, basic_password, bearer_token, key_matches
 from proxy.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from proxy.store import (
     AmbiguousPrefix,
@@ -37,10 +37,12 @@ def _is_loopback(host: str | None) -> bool:
 
 
 def require_admin(request: Request, services: ServicesDep) -> None:
-    """The admin key when one is configured; without one, loopback clients only."""
+    """The admin key when one is configured (as a Bearer token, or a Basic-auth password from a
+    browser following a link); without one, loopback clients only."""
     admin_key = services.settings.admin_key
     if admin_key is not None:
-        if not key_matches(bearer_token(request), [admin_key]):
+        given = bearer_token(request) or basic_password(request)
+        if not key_matches(given, [admin_key]):
             raise Unauthorized("Missing or invalid admin key in the Authorization header")
         return
     if not _is_loopback(request.client.host if request.client else None):
@@ -49,8 +51,11 @@ def require_admin(request: Request, services: ServicesDep) -> None:
 
 router = APIRouter(tags=["audit"], dependencies=[Depends(require_admin)])
 
+# Bounded to what the databases' 64-bit integers hold: a bigger number is a 400, not a 500.
+INT64_MAX = 2**63 - 1
 Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
+Offset = Annotated[int, Query(ge=0, le=INT64_MAX)]
+Seq = Annotated[int, Path(ge=1, le=INT64_MAX)]
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,9 @@ async def get_session(session_id: str, services: ServicesDep) -> SessionDetail:
 async def get_history(
     session_id: str,
     services: ServicesDep,
-    leaf: Annotated[int | None, Query(description="entry id of another branch's end")] = None,
+    leaf: Annotated[
+        int | None, Query(ge=1, le=INT64_MAX, description="entry id of another branch's end")
+    ] = None,
 ) -> History:
     """The latest branch (the newest exchange's request and answer), or the branch ending at
     `leaf`; `branches` lists where each stored branch ends."""
@@ -106,7 +113,7 @@ async def list_exchanges(
     "/sessions/{session_id}/exchanges/{seq}",
     summary="One exchange: the request beside the compiled one, events, response",
 )
-async def get_exchange(session_id: str, seq: int, services: ServicesDep) -> ExchangeDetail:
+async def get_exchange(session_id: str, seq: Seq, services: ServicesDep) -> ExchangeDetail:
     found = await run_in_threadpool(services.store.get_exchange, session_id, seq)
     if found is None:
         raise NotFound(f"No exchange {seq} in session '{session_id}'", param="seq")

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -14,13 +15,20 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from proxy import observe, pairing
 from proxy import upstream as up
 from proxy.calibration import exact_prompt_tokens
 from proxy.compiler import Compiled, compile_request, message_budget
 from proxy.deps import ClientAuth, JsonBody, ServicesDep
-from proxy.errors import ContextLengthExceeded, ModelNotFound, ProxyError
+from proxy.errors import (
+    ContextLengthExceeded,
+    ModelNotFound,
+    ProxyError,
+    UpstreamInvalid,
+    sse_error,
+)
 from proxy.overflow import Overflow, parse_overflow
-from proxy.protocol import parse_chat
+from proxy.protocol import chat_openapi, parse_chat
 from proxy.sessions import identify
 from proxy.sse import StreamAssembler
 from proxy.store import RequestRef
@@ -29,13 +37,15 @@ router = APIRouter(dependencies=[ClientAuth])
 log = logging.getLogger("ctxproxy.chat")
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", openapi_extra=chat_openapi())
 @router.post("/s/{session}/v1/chat/completions", include_in_schema=False)
 async def chat_completions(
     request: Request, body: JsonBody, services: ServicesDep, session: str | None = None
 ) -> Response:
     started = time.monotonic()
     chat = parse_chat(body)
+    # What is compiled and sent; `body` stays the raw request, stored as the client sent it.
+    sendable = pairing.apply_policy(body, services.settings.compaction.invalid_pairing)
     upstream = services.settings.upstream_for(chat.model)
     if upstream is None:
         raise ModelNotFound(chat.model)
@@ -44,18 +54,18 @@ async def chat_completions(
     window = await services.windows.window(upstream, chat.model)
     factor = services.calibration.factor(upstream.name, chat.model)
     try:
-        compiled = await turn.fit(upstream, body, window, factor)
+        compiled = await turn.fit(upstream, sendable, window, factor)
     except ContextLengthExceeded as exc:
         await turn.record(key, body, upstream.name, None)
         await turn.finish(status=exc.status, error=exc.body()["error"])
         raise
     await turn.record(key, body, upstream.name, compiled)
-    r = await turn.forward(upstream, body, compiled)
+    r = await turn.forward(upstream, sendable, compiled)
     overflow = await _overflow_of(r)
     if overflow and compiled.budget is not None:
         # The upstream counted more than we estimated: learn from its figures, refit, retry once.
-        compiled = await turn.refit(body, compiled, overflow)
-        r = await turn.forward(upstream, body, compiled)
+        compiled = await turn.refit(sendable, compiled, overflow)
+        r = await turn.forward(upstream, sendable, compiled)
         if again := await _overflow_of(r):
             exc = ContextLengthExceeded(
                 again.prompt_tokens or compiled.tokens_compiled,
@@ -98,7 +108,11 @@ class Turn:
         self.ref: RequestRef | None = None
         self.factor = 1.0
         self.compiled: Compiled | None = None
+        self.sent: Compiled | None = None  # the view as recorded, for metrics and the log
+        self.messages: list[dict[str, Any]] = []
+        self.stream = False
         self.attempts: list[dict[str, Any]] = []
+        self.raw_messages: list[dict[str, Any]] = []  # as stored: refit's view refers to it
 
     def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
         self.factor = factor
@@ -137,9 +151,10 @@ class Turn:
         self, upstream: Any, body: dict[str, Any], compiled: Compiled
     ) -> httpx.Response:
         outgoing = {**body, "messages": compiled.messages}
-        if upstream.kind == "ollama" and compiled.window:
+        options = body.get("options")
+        if upstream.kind == "ollama" and compiled.window and isinstance(options, dict | None):
             # Ollama silently truncates to its num_ctx: make it the window we compiled for.
-            outgoing["options"] = {"num_ctx": compiled.window, **(body.get("options") or {})}
+            outgoing["options"] = {"num_ctx": compiled.window, **(options or {})}
         try:
             return await up.send(
                 self.services.client,
@@ -175,11 +190,12 @@ class Turn:
         except ContextLengthExceeded as exc:
             await self.finish(status=exc.status, error=exc.body()["error"])
             raise
+        self.sent = compiled
         if self.ref is not None:
             await run_in_threadpool(
                 self.store.replace_compiled,
                 self.ref,
-                body["messages"],
+                self.raw_messages,
                 compiled.messages,
                 tokens_compiled=compiled.tokens_compiled,
                 budget=compiled.budget,
@@ -196,6 +212,9 @@ class Turn:
     async def record(
         self, key: Any, body: dict[str, Any], upstream: str, compiled: Compiled | None
     ) -> None:
+        self.sent, self.messages = compiled, body["messages"]
+        self.stream = bool(body.get("stream"))
+        self.raw_messages = body["messages"]
         self.ref = await run_in_threadpool(
             self.store.record_request,
             key.id,
@@ -241,6 +260,7 @@ class Turn:
             error=error,
             attempts=self.attempts or None,
         )
+        observe.exchange_finished(self, status, now, first, response, partial, error)
 
     async def finish_from_json(self, r: httpx.Response) -> None:
         try:
@@ -261,10 +281,14 @@ class Turn:
     async def relay(self, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
         answer, first = StreamAssembler(), None
         try:
-            async for chunk in up.relay(r, upstream):
-                first = first or time.monotonic()
-                answer.feed(chunk)
-                yield chunk
+            async with aclosing(up.relay(r, upstream)) as chunks:
+                async for chunk in chunks:
+                    first = first or time.monotonic()
+                    answer.feed(chunk)
+                    if answer.malformed is not None:
+                        yield end_malformed(chunk, answer, upstream.name)
+                        break
+                    yield chunk
         finally:
             # Runs on a client disconnect too, where the task is being cancelled: shield the
             # write so the partial answer is still recorded.
@@ -277,6 +301,16 @@ class Turn:
                     error=answer.error,
                     first=first,
                 )
+
+
+def end_malformed(chunk: bytes, answer: StreamAssembler, upstream: str) -> bytes:
+    """A chunk holding the first line that is not OpenAI's SSE: relay the events before it,
+    then end the stream with an error rather than hand the client bytes it cannot parse."""
+    bad = answer.malformed or b""
+    exc = UpstreamInvalid(f"Upstream '{upstream}' sent a malformed event stream: {bad[:80]!r}")
+    answer.error = exc.body()["error"]
+    cut = chunk.find(bad) if bad else -1
+    return (chunk[:cut] if cut > 0 else b"") + sse_error(exc)
 
 
 def compilation_headers(compiled: Compiled) -> dict[str, str]:

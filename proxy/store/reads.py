@@ -126,8 +126,15 @@ def head_entry(s: Session, session_id: str) -> int | None:
 
 
 def _is_leaf() -> Any:
-    child = aliased(EntryRow)
-    return ~exists().where(child.parent_id == EntryRow.id)
+    """The tip of a branch. A recorded answer that the client then sent back in its own form
+    (keys in another order, `content: null` left out) leaves the proxy's copy as a dead end
+    beside the client's, added after it: no branch the client made, so not counted as one. An
+    answer beside an older sibling (a rewind, a regenerate) is a branch and counts."""
+    child, sibling, answer = aliased(EntryRow), aliased(EntryRow), aliased(ExchangeRow)
+    superseded_answer = exists().where(answer.response_entry_id == EntryRow.id) & exists().where(
+        sibling.parent_id == EntryRow.parent_id, sibling.id > EntryRow.id
+    )
+    return ~exists().where(child.parent_id == EntryRow.id) & ~superseded_answer
 
 
 def _branch_count(s: Session, session_id: str) -> int:

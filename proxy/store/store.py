@@ -91,7 +91,7 @@ class Store:
         if not messages:
             raise ValueError("a request needs at least one message")
         raw = [message_hash(m) for m in messages]
-        view, rewritten = _compiled_view(raw, compiled)
+        view, rewritten = _compiled_view(messages, raw, compiled)
         params = {k: v for k, v in request.items() if k != "messages"}
 
         def work(s: Session) -> RequestRef:
@@ -136,7 +136,7 @@ class Store:
         events: list[dict[str, Any]],
     ) -> None:
         """A retry sent another view (an upstream overflow healed): record that one instead."""
-        view, rewritten = _compiled_view([message_hash(m) for m in messages], compiled)
+        view, rewritten = _compiled_view(messages, [message_hash(m) for m in messages], compiled)
 
         def work(s: Session) -> None:
             _keep_rewritten(s, ref.exchange_id, rewritten, utcnow())
@@ -318,10 +318,12 @@ def _collect_garbage(s: Session, candidates: list[str]) -> None:
 
 
 def _compiled_view(
-    raw: list[str], compiled: list[dict[str, Any]]
+    messages: list[dict[str, Any]], raw: list[str], compiled: list[dict[str, Any]]
 ) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     """The view encoded against the raw history, and the messages a strategy rewrote."""
-    view_hashes = [message_hash(m) for m in compiled]
+    # The compiler passes untouched messages through as the same objects: hash only the rest.
+    hashed = {id(m): h for m, h in zip(messages, raw, strict=True)}
+    view_hashes = [hashed.get(id(m)) or message_hash(m) for m in compiled]
     known = set(raw)
     rewritten = {h: m for h, m in zip(view_hashes, compiled, strict=True) if h not in known}
     return history.encode_view(raw, view_hashes), rewritten

@@ -13,14 +13,19 @@ from tests.servers import ServerThread
 
 pytestmark = pytest.mark.llama
 
-ASK = [{"role": "system", "content": "You answer in one short sentence."},
-       {"role": "user", "content": "What is the capital of France?"}]
+ASK = [
+    {"role": "system", "content": "You answer in one short sentence."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
 
 
 @pytest.fixture
 def via_proxy(llama: LlamaServer, start_proxy, settings_for) -> ServerThread:
-    return start_proxy(settings_for(upstreams=[
-        {"name": "llama", "kind": "llamacpp", "base_url": llama.base_url + "/v1"}]))
+    return start_proxy(
+        settings_for(
+            upstreams=[{"name": "llama", "kind": "llamacpp", "base_url": llama.base_url + "/v1"}]
+        )
+    )
 
 
 def test_plain_chat_same_as_direct(llama: LlamaServer, via_proxy: ServerThread) -> None:
@@ -42,8 +47,9 @@ def test_streaming_same_text_as_direct(llama: LlamaServer, via_proxy: ServerThre
     direct = openai.OpenAI(base_url=llama.base_url + "/v1", api_key="x")
     want = direct.chat.completions.create(**kw).choices[0].message.content
     proxied = openai.OpenAI(base_url=via_proxy.url + "/v1", api_key="x")
-    chunks = list(proxied.chat.completions.create(
-        **kw, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        proxied.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True})
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len([c for c in chunks if c.choices]) > 3  # really streamed, not one blob
     assert text == want
@@ -53,7 +59,10 @@ def test_streaming_same_text_as_direct(llama: LlamaServer, via_proxy: ServerThre
 def test_overflow_from_llama_is_context_length_exceeded(via_proxy: ServerThread) -> None:
     # One user message far past the window: nothing can be compacted, the client gets one 400.
     huge = [{"role": "user", "content": "word " * 6000}]
-    r = httpx.post(via_proxy.url + "/v1/chat/completions", timeout=60,
-                   json={"model": "smollm2", "messages": huge, "max_tokens": 8})
+    r = httpx.post(
+        via_proxy.url + "/v1/chat/completions",
+        timeout=60,
+        json={"model": "smollm2", "messages": huge, "max_tokens": 8},
+    )
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "context_length_exceeded"

@@ -19,79 +19,115 @@ TASK = {"role": "user", "content": "The test suite fails. Find the bug and fix i
 
 def pytest_log(turn: int) -> str:
     passed = [f"tests/test_module_{turn}.py::test_case_{i} PASSED" for i in range(4)]
-    return "\n".join([
-        "============================= test session starts ==============================",
-        f"platform linux -- Python 3.11.7, pytest-8.3.{turn}, pluggy-1.5.0",
-        f"collected {len(passed) + 1} items", "", *passed,
-        f"tests/test_module_{turn}.py::test_config_{turn} FAILED", "",
-        "=================================== FAILURES ===================================",
-        f"________________________________ test_config_{turn} ________________________________",
-        f"    def test_config_{turn}():", "        cfg = load_config()",
-        ">       assert cfg.database_url.startswith('postgres')",
-        f"E       AttributeError: 'Config' object has no attribute 'database_url' (run {turn})",
-        "", f"tests/test_module_{turn}.py:{10 + turn}: AttributeError",
-        f"FAILED tests/test_module_{turn}.py::test_config_{turn} - AttributeError",
-        f"========================= 1 failed, {len(passed)} passed in 0.{turn:02d}s ==========",
-    ])
+    return "\n".join(
+        [
+            "============================= test session starts ==============================",
+            f"platform linux -- Python 3.11.7, pytest-8.3.{turn}, pluggy-1.5.0",
+            f"collected {len(passed) + 1} items",
+            "",
+            *passed,
+            f"tests/test_module_{turn}.py::test_config_{turn} FAILED",
+            "",
+            "=================================== FAILURES ===================================",
+            f"________________________________ test_config_{turn} ________________________________",
+            f"    def test_config_{turn}():",
+            "        cfg = load_config()",
+            ">       assert cfg.database_url.startswith('postgres')",
+            f"E       AttributeError: 'Config' object has no attribute 'database_url' (run {turn})",
+            "",
+            f"tests/test_module_{turn}.py:{10 + turn}: AttributeError",
+            f"FAILED tests/test_module_{turn}.py::test_config_{turn} - AttributeError",
+            f"========================= 1 failed, {len(passed)} passed in 0.{turn:02d}s ==========",
+        ]
+    )
 
 
 def agent_turn(turn: int) -> list[dict]:
-    call = {"id": f"call_{turn}", "type": "function",
-            "function": {"name": "run_tests", "arguments": json.dumps({"path": "tests"})}}
-    return [{"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": f"call_{turn}", "content": pytest_log(turn)}]
+    call = {
+        "id": f"call_{turn}",
+        "type": "function",
+        "function": {"name": "run_tests", "arguments": json.dumps({"path": "tests"})},
+    }
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"call_{turn}", "content": pytest_log(turn)},
+    ]
 
 
-def proxy_for(llama: LlamaServer, start_proxy, settings_for, compaction=None,
-              **upstream) -> ServerThread:
-    return start_proxy(settings_for(
-        upstreams=[{"name": "llama", "kind": "llamacpp", "base_url": llama.base_url + "/v1",
-                    **upstream}],
-        compaction=compaction or {}))
+def proxy_for(
+    llama: LlamaServer, start_proxy, settings_for, compaction=None, **upstream
+) -> ServerThread:
+    return start_proxy(
+        settings_for(
+            upstreams=[
+                {
+                    "name": "llama",
+                    "kind": "llamacpp",
+                    "base_url": llama.base_url + "/v1",
+                    **upstream,
+                }
+            ],
+            compaction=compaction or {},
+        )
+    )
 
 
-def test_exact_mode_predicts_the_prompt_tokens(llama: LlamaServer, start_proxy,
-                                               settings_for) -> None:
+def test_exact_mode_predicts_the_prompt_tokens(
+    llama: LlamaServer, start_proxy, settings_for
+) -> None:
     proxy = proxy_for(llama, start_proxy, settings_for, tokenizer="upstream")
     client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="x")
-    histories = [[SYSTEM, TASK], [SYSTEM, TASK, *agent_turn(0)],
-                 [TASK, *agent_turn(1), *agent_turn(2), {"role": "user", "content": "日本語で"}]]
+    histories = [
+        [SYSTEM, TASK],
+        [SYSTEM, TASK, *agent_turn(0)],
+        [TASK, *agent_turn(1), *agent_turn(2), {"role": "user", "content": "日本語で"}],
+    ]
     for messages in histories:
         r = client.chat.completions.with_raw_response.create(
-            model="smollm2", messages=messages, max_tokens=4, temperature=0)
+            model="smollm2", messages=messages, max_tokens=4, temperature=0
+        )
         assert int(r.headers["x-ctxproxy-tokens-compiled"]) == r.parse().usage.prompt_tokens
 
 
-def test_long_agent_session_fits_every_turn(llama: LlamaServer, start_proxy,
-                                            settings_for) -> None:
+def test_long_agent_session_fits_every_turn(llama: LlamaServer, start_proxy, settings_for) -> None:
     # sliding_window last: a session this long outgrows even the tool-call skeletons, and
     # dropping whole old iterations is what gives real headroom (and prefix reuse) after a pass.
     # A target well below the trigger leaves room for several turns between passes, so most
     # turns only append and the server reuses its cached prefix.
     pipeline = {"pipeline": ["traceback", "tiered", "sliding_window"], "target": 0.3}
     proxy = proxy_for(llama, start_proxy, settings_for, compaction=pipeline)
-    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="x", timeout=120,
-                           default_headers={"X-Session-Id": "agent-40"})
+    client = openai.OpenAI(
+        base_url=proxy.url + "/v1",
+        api_key="x",
+        timeout=120,
+        default_headers={"X-Session-Id": "agent-40"},
+    )
     messages = [SYSTEM, TASK]
     rows = []
     for turn in range(40):
         messages += agent_turn(turn)
         r = client.chat.completions.with_raw_response.create(
-            model="smollm2", messages=messages, max_tokens=8, temperature=0)
+            model="smollm2", messages=messages, max_tokens=8, temperature=0
+        )
         usage = r.parse().usage
-        rows.append({
-            "turn": turn,
-            "predicted": int(r.headers["x-ctxproxy-tokens-compiled"]),
-            "original": int(r.headers["x-ctxproxy-tokens-original"]),
-            "prompt_tokens": usage.prompt_tokens,
-            "cached": usage.prompt_tokens_details.cached_tokens,
-            "compaction": r.headers["x-ctxproxy-compaction"],
-        })
+        rows.append(
+            {
+                "turn": turn,
+                "predicted": int(r.headers["x-ctxproxy-tokens-compiled"]),
+                "original": int(r.headers["x-ctxproxy-tokens-original"]),
+                "prompt_tokens": usage.prompt_tokens,
+                "cached": usage.prompt_tokens_details.cached_tokens,
+                "compaction": r.headers["x-ctxproxy-compaction"],
+            }
+        )
         assert usage.prompt_tokens < 4096  # llama.cpp accepts prompts shorter than n_ctx
 
     # The same history sent directly is far past the window and refused.
-    direct = httpx.post(llama.base_url + "/v1/chat/completions", timeout=60,
-                        json={"model": "smollm2", "messages": messages, "max_tokens": 8})
+    direct = httpx.post(
+        llama.base_url + "/v1/chat/completions",
+        timeout=60,
+        json={"model": "smollm2", "messages": messages, "max_tokens": 8},
+    )
     assert direct.status_code == 400
     assert direct.json()["error"]["type"] == "exceed_context_size_error"
 
@@ -99,8 +135,10 @@ def test_long_agent_session_fits_every_turn(llama: LlamaServer, start_proxy,
     errors = [abs(x["predicted"] - x["prompt_tokens"]) / x["prompt_tokens"] for x in rows[10:]]
     print("\nturn original predicted prompt_tokens cached compaction")
     for x in rows:
-        print(f"{x['turn']:4} {x['original']:8} {x['predicted']:9} {x['prompt_tokens']:13} "
-              f"{x['cached']:6} {x['compaction']}")
+        print(
+            f"{x['turn']:4} {x['original']:8} {x['predicted']:9} {x['prompt_tokens']:13} "
+            f"{x['cached']:6} {x['compaction']}"
+        )
     mean = sum(errors) / len(errors)
     print(f"relative error after turn 10: mean {mean:.2%}, max {max(errors):.2%}")
     assert mean <= 0.03

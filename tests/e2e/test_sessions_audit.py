@@ -16,24 +16,35 @@ from tests.servers import ServerThread
 
 
 def noisy_log(turn: int) -> str:
-    lines = [f"2026-12-02 10:{turn:02d}:{i % 60:02d} INFO db: connection attempt {i} to "
-             f"postgres://db:5432/app ok, pool size {i % 7}" for i in range(120)]
-    lines += ["Traceback (most recent call last):",
-              '  File "/app/service.py", line 88, in handle',
-              "    return cfg.database_url",
-              f"AttributeError: 'Config' object has no attribute 'database_url' (turn {turn})"]
+    lines = [
+        f"2026-12-02 10:{turn:02d}:{i % 60:02d} INFO db: connection attempt {i} to "
+        f"postgres://db:5432/app ok, pool size {i % 7}"
+        for i in range(120)
+    ]
+    lines += [
+        "Traceback (most recent call last):",
+        '  File "/app/service.py", line 88, in handle',
+        "    return cfg.database_url",
+        f"AttributeError: 'Config' object has no attribute 'database_url' (turn {turn})",
+    ]
     return "\n".join(lines)
 
 
 def test_agent_loop_audit_matches_what_upstream_received(
     start_proxy, settings_for, upstream_url: str, script: Script
 ) -> None:
-    proxy: ServerThread = start_proxy(settings_for(upstreams=[
-        {"name": "scripted", "base_url": upstream_url, "context_window": 8000}]))
-    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="x",
-                           default_headers={"X-Session-Id": "agent-1"})
-    messages: list[dict] = [{"role": "system", "content": "You fix bugs."},
-                            {"role": "user", "content": "Make the test suite pass."}]
+    proxy: ServerThread = start_proxy(
+        settings_for(
+            upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 8000}]
+        )
+    )
+    client = openai.OpenAI(
+        base_url=proxy.url + "/v1", api_key="x", default_headers={"X-Session-Id": "agent-1"}
+    )
+    messages: list[dict] = [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": "Make the test suite pass."},
+    ]
     for turn in range(20):
         r = client.chat.completions.with_raw_response.create(model="tools", messages=messages)
         assert r.headers["x-ctxproxy-session"] == "agent-1"
@@ -51,14 +62,18 @@ def test_agent_loop_audit_matches_what_upstream_received(
         detail = audit.get(f"/sessions/agent-1/exchanges/{seq}").json()
         sent = json.loads(script.raw[seq - 1])
         assert json.dumps(detail["compiled_request"]["messages"]) == json.dumps(sent["messages"])
-        assert detail["request"]["messages"][-1] == (messages[: len(detail["request"]["messages"])]
-                                                     [-1])
+        assert (
+            detail["request"]["messages"][-1]
+            == (messages[: len(detail["request"]["messages"])][-1])
+        )
         fired += bool(detail["events"])
     assert fired >= 1, "an 8k window with 40 noisy logs must have compacted"
     session = audit.get("/sessions/agent-1").json()
     totals = session["session"]["totals"]
     assert totals["tokens_original"] > totals["tokens_compiled"]
     history = audit.get("/sessions/agent-1/messages").json()
+    # The SDK sends each answer back in its own form; that is no branch of the conversation.
+    assert history["branch_count"] == 1
     raw = [m["message"] if "message" in m else m for m in history["messages"]]
     # The raw history: the last request in full, never compacted, then its answer.
     sent_last = messages[:-2]  # the last two tool results were never sent
@@ -68,30 +83,47 @@ def test_agent_loop_audit_matches_what_upstream_received(
 
 def test_edited_history_branches_instead_of_rewriting(proxy: ServerThread, script: Script) -> None:
     c = openai.OpenAI(base_url=proxy.url + "/v1", api_key="x")
-    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"},
-            {"role": "assistant", "content": "first try"}]
+    base = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "first try"},
+    ]
     r1 = c.chat.completions.with_raw_response.create(
-        model="echo", messages=[*base, {"role": "user", "content": "go on"}])
+        model="echo", messages=[*base, {"role": "user", "content": "go on"}]
+    )
     r2 = c.chat.completions.with_raw_response.create(
-        model="echo", messages=[*base[:2], {"role": "assistant", "content": "edited"},
-                                {"role": "user", "content": "again"}])
+        model="echo",
+        messages=[
+            *base[:2],
+            {"role": "assistant", "content": "edited"},
+            {"role": "user", "content": "again"},
+        ],
+    )
     sid = r1.headers["x-ctxproxy-session"]
     assert sid == r2.headers["x-ctxproxy-session"] and sid.startswith("fp-")
     history = httpx.get(f"{proxy.url}/sessions/{sid}/messages").json()
     contents = [(m.get("message") or m).get("content") for m in history["messages"]]
     assert contents[:4] == ["s", "task", "edited", "again"]
     assert history["branch_count"] == 2
-    assert httpx.get(f"{proxy.url}/sessions/{sid}/exchanges/1").json()["request"]["messages"][
-        2]["content"] == "first try"
+    assert (
+        httpx.get(f"{proxy.url}/sessions/{sid}/exchanges/1").json()["request"]["messages"][2][
+            "content"
+        ]
+        == "first try"
+    )
 
 
 def test_history_survives_proxy_killed_mid_stream(tmp_path: Path, upstream_url: str) -> None:
     cfg = write_config(tmp_path, upstream_url)
     first = Proxy(["serve", "--config", str(cfg)], tmp_path)
     sent = [{"role": "user", "content": "stream slowly please"}]
-    with httpx.stream("POST", first.url + "/v1/chat/completions", timeout=10,
-                      headers={"X-Session-Id": "crash-1"},
-                      json={"model": "slow", "messages": sent, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        first.url + "/v1/chat/completions",
+        timeout=10,
+        headers={"X-Session-Id": "crash-1"},
+        json={"model": "slow", "messages": sent, "stream": True},
+    ) as r:
         lines = r.iter_lines()
         assert next(lines).startswith("data: ")
         first.stop(signal.SIGKILL)
@@ -107,10 +139,13 @@ def test_history_survives_proxy_killed_mid_stream(tmp_path: Path, upstream_url: 
 
 
 def test_disconnected_stream_stored_as_partial(proxy: ServerThread, script: Script) -> None:
-    with httpx.stream("POST", proxy.url + "/v1/chat/completions", timeout=10,
-                      headers={"X-Session-Id": "gone-1"},
-                      json={"model": "slow", "messages": [{"role": "user", "content": "x"}],
-                            "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        proxy.url + "/v1/chat/completions",
+        timeout=10,
+        headers={"X-Session-Id": "gone-1"},
+        json={"model": "slow", "messages": [{"role": "user", "content": "x"}], "stream": True},
+    ) as r:
         lines = r.iter_lines()
         next(lines), next(lines)
     deadline = time.monotonic() + 5
@@ -127,18 +162,32 @@ def test_upstream_overflow_heals_with_one_retry(
     start_proxy, settings_for, upstream_url: str, script: Script
 ) -> None:
     # Configured as 16k, but the server's real window is 2k: the first view is refused.
-    proxy = start_proxy(settings_for(upstreams=[
-        {"name": "scripted", "base_url": upstream_url, "context_window": 16000}]))
-    history = [{"role": "system", "content": "You fix bugs."},
-               {"role": "user", "content": "Make the test suite pass."}]
+    proxy = start_proxy(
+        settings_for(
+            upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 16000}]
+        )
+    )
+    history = [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": "Make the test suite pass."},
+    ]
     for turn in range(4):
-        call = {"id": f"c{turn}", "type": "function",
-                "function": {"name": "run_tests", "arguments": "{}"}}
-        history += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                    {"role": "tool", "tool_call_id": f"c{turn}", "content": noisy_log(turn)}]
+        call = {
+            "id": f"c{turn}",
+            "type": "function",
+            "function": {"name": "run_tests", "arguments": "{}"},
+        }
+        history += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{turn}", "content": noisy_log(turn)},
+        ]
     history.append({"role": "user", "content": "And now?"})
-    r = httpx.post(proxy.url + "/v1/chat/completions", headers={"X-Session-Id": "heal-1"},
-                   json={"model": "tight", "messages": history, "max_tokens": 100}, timeout=30)
+    r = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        headers={"X-Session-Id": "heal-1"},
+        json={"model": "tight", "messages": history, "max_tokens": 100},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     assert len(script.received) == 2  # refused once, then served
     detail = httpx.get(proxy.url + "/sessions/heal-1/exchanges/1").json()
@@ -152,11 +201,17 @@ def test_upstream_overflow_heals_with_one_retry(
 def test_upstream_overflow_that_cannot_heal_is_one_clean_400(
     start_proxy, settings_for, upstream_url: str, script: Script
 ) -> None:
-    proxy = start_proxy(settings_for(upstreams=[
-        {"name": "scripted", "base_url": upstream_url, "context_window": 16000}]))
+    proxy = start_proxy(
+        settings_for(
+            upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 16000}]
+        )
+    )
     huge = [{"role": "user", "content": "word " * 3000}]  # the latest user turn: not ours to cut
-    r = httpx.post(proxy.url + "/v1/chat/completions", timeout=30,
-                   json={"model": "tight", "messages": huge, "max_tokens": 10})
+    r = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        timeout=30,
+        json={"model": "tight", "messages": huge, "max_tokens": 10},
+    )
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["code"] == "context_length_exceeded" and "2000" in err["message"]

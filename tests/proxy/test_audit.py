@@ -241,3 +241,9 @@ def test_with_an_admin_key_every_client_needs_it(db_url: str, filled: Any) -> No
         assert ok.status_code == 200
     with client_for(db_url, admin_key="root-secret") as c:  # loopback is no exception
         assert c.get("/stats").status_code == 401
+
+
+def test_admin_key_as_basic_password_for_links_from_a_browser(db_url: str, filled: Any) -> None:
+    with client_for(db_url, client=("203.0.113.9", 4000), admin_key="root-secret") as c:
+        assert c.get("/sessions", auth=("anyone", "root-secret")).status_code == 200
+        assert c.get("/sessions", auth=("anyone", "wrong")).status_code == 401

@@ -19,18 +19,22 @@ Handler = Callable[[httpx.Request], httpx.Response]
 
 def answer(request: httpx.Request) -> httpx.Response:
     body = json.loads(request.content) if request.content else {}
-    data = {"upstream": str(request.url), "got": body,
-            "auth": request.headers.get("authorization")}
-    return httpx.Response(200, content=json.dumps(data),
-                          headers={"content-type": "application/json"})
+    data = {"upstream": str(request.url), "got": body, "auth": request.headers.get("authorization")}
+    return httpx.Response(
+        200, content=json.dumps(data), headers={"content-type": "application/json"}
+    )
 
 
 def app_with(tmp_path: Path, handler: Handler = answer, **overrides) -> TestClient:
     data = {
         "database_url": f"sqlite:///{tmp_path / 'db.sqlite'}",
         "upstreams": [
-            {"name": "big", "base_url": "http://big.test/v1", "models": ["llama-70b"],
-             "api_key": "big-key"},
+            {
+                "name": "big",
+                "base_url": "http://big.test/v1",
+                "models": ["llama-70b"],
+                "api_key": "big-key",
+            },
             {"name": "default", "base_url": "http://small.test/v1", "models": ["*"]},
         ],
         **overrides,
@@ -57,8 +61,14 @@ def test_no_default_route_is_404(tmp_path: Path) -> None:
 
 
 def test_body_forwarded_with_unknown_fields(tmp_path: Path) -> None:
-    body = {"model": "m", "messages": HELLO, "seed": 3, "logit_bias": {"50256": -100},
-            "mirostat": 2, "stream": False}
+    body = {
+        "model": "m",
+        "messages": HELLO,
+        "seed": 3,
+        "logit_bias": {"50256": -100},
+        "mirostat": 2,
+        "stream": False,
+    }
     with app_with(tmp_path) as client:
         got = client.post("/v1/chat/completions", json=body).json()["got"]
     assert got == body
@@ -83,8 +93,9 @@ def test_path_prefix_session_routes(tmp_path: Path) -> None:
 
 def test_upstream_error_passes_through_with_its_body(tmp_path: Path) -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(429, json={"error": {"message": "slow down"}},
-                              headers={"retry-after": "3"})
+        return httpx.Response(
+            429, json={"error": {"message": "slow down"}}, headers={"retry-after": "3"}
+        )
 
     with app_with(tmp_path, refuse) as client:
         r = client.post("/v1/chat/completions", json={"model": "m", "messages": HELLO})
@@ -92,13 +103,17 @@ def test_upstream_error_passes_through_with_its_body(tmp_path: Path) -> None:
     assert r.json() == {"error": {"message": "slow down"}}
 
 
-@pytest.mark.parametrize("exc, status", [
-    (httpx.ConnectError("refused"), 502),
-    (httpx.ReadTimeout("slow"), 504),
-    (httpx.RemoteProtocolError("garbage"), 502),
-])
-def test_transport_failures_map_to_gateway_errors(tmp_path: Path, exc: Exception,
-                                                  status: int) -> None:
+@pytest.mark.parametrize(
+    "exc, status",
+    [
+        (httpx.ConnectError("refused"), 502),
+        (httpx.ReadTimeout("slow"), 504),
+        (httpx.RemoteProtocolError("garbage"), 502),
+    ],
+)
+def test_transport_failures_map_to_gateway_errors(
+    tmp_path: Path, exc: Exception, status: int
+) -> None:
     def fail(request: httpx.Request) -> httpx.Response:
         raise exc
 
@@ -111,10 +126,16 @@ def test_transport_failures_map_to_gateway_errors(tmp_path: Path, exc: Exception
 def test_client_keys_constant_time_and_not_forwarded(tmp_path: Path) -> None:
     with app_with(tmp_path, api_keys=["sk-1", "sk-2"]) as client:
         none = client.post("/v1/chat/completions", json={"model": "m", "messages": HELLO})
-        wrong = client.post("/v1/chat/completions", json={"model": "m", "messages": HELLO},
-                            headers={"authorization": "Bearer sk-3"})
-        right = client.post("/v1/chat/completions", json={"model": "m", "messages": HELLO},
-                            headers={"authorization": "Bearer sk-2"})
+        wrong = client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": HELLO},
+            headers={"authorization": "Bearer sk-3"},
+        )
+        right = client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": HELLO},
+            headers={"authorization": "Bearer sk-2"},
+        )
         models = client.get("/v1/models")
     assert none.status_code == wrong.status_code == models.status_code == 401
     assert right.status_code == 200 and right.json()["auth"] is None
@@ -127,8 +148,7 @@ def test_unexpected_error_is_enveloped_without_trace(tmp_path: Path) -> None:
     with app_with(tmp_path, boom) as client:
         client_no_raise = TestClient(client.app, raise_server_exceptions=False)
         with client_no_raise:
-            r = client_no_raise.post("/v1/chat/completions",
-                                     json={"model": "m", "messages": HELLO})
+            r = client_no_raise.post("/v1/chat/completions", json={"model": "m", "messages": HELLO})
     assert r.status_code == 500
     assert r.json()["error"]["type"] == "server_error" and "secret" not in r.text
 

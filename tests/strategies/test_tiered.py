@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 
 from strategies.base import message_hash
-from strategies.forms import shorten_arguments, skeleton, truncated
+from strategies.forms import (
+    EXCERPT_CHARS,
+    EXCERPT_LINES,
+    excerpt,
+    folded_output,
+    shorten_arguments,
+    skeleton,
+    truncated,
+)
 from strategies.invariants import pairing_problems
 from strategies.tiered import tiered
 from tests.strategies.helpers import agent_history, ctx, log_lines, usage
@@ -130,3 +138,59 @@ def test_pressure_reaches_into_the_keep_window_but_not_the_final_turn():
     out, _ = tiered(history, ctx(history, budget=budget, pressure=2, keep_recent=5))
     assert out[-2:] == history[-2:]
     assert out[3] != history[3]  # inside the configured keep window, yet compacted
+
+
+def test_phase_two_placeholder_keeps_the_key_evidence_lines_verbatim():
+    history = agent_history([BIG] * 12)
+    out, _ = run(history, usage(history) // 6)
+    folded = [m for m in out if m.get("role") == "tool" and " folded: " in m["content"]]
+    assert folded
+    for m in folded:
+        header, *kept = m["content"].split("\n")
+        raw = next(h for h in history if h.get("tool_call_id") == m["tool_call_id"])
+        assert header.endswith(f"original: /messages/{message_hash(raw)[:16]}]")
+        assert "ValueError: bad input 'x'" in kept
+        assert all(line in BIG.split("\n") for line in kept)
+
+
+def test_evidence_excerpt_is_capped_and_puts_the_final_error_first():
+    failures = "\n".join(
+        f"FAILED tests/test_{i}.py::test_case_{i} - AssertionError: expected {i}" for i in range(40)
+    )
+    text = f"{failures}\nTraceback (most recent call last):\n  File \"a.py\", line 3\nKeyError: 'k'"
+    kept = excerpt(text)
+    assert len(kept) <= EXCERPT_LINES and sum(len(line) + 1 for line in kept) <= EXCERPT_CHARS
+    assert "KeyError: 'k'" in kept and '  File "a.py", line 3' in kept
+    assert list(kept) == [line for line in text.split("\n") if line in kept]  # text order
+
+
+def test_evidence_excerpt_keeps_each_line_once_and_nothing_for_plain_output():
+    block = "E       AttributeError: no attribute 'rate'\nshop/pricing.py:21: AttributeError"
+    assert excerpt(f"{block}\n{block}\n{block}") == tuple(block.split("\n"))
+    assert excerpt(log_lines(50)) == ()
+    msg = {"role": "tool", "tool_call_id": "c", "content": log_lines(50)}
+    bare = folded_output(msg, "sh", keep_evidence=True)
+    assert bare == folded_output(msg, "sh") and "\n" not in bare["content"]
+
+
+def test_newest_error_output_keeps_its_evidence_form_while_the_budget_allows():
+    history = agent_history([log_lines(300)] * 8 + [BIG] + [log_lines(300)] * 4)
+    newest_error = 2 + 2 * 8 + 1
+    out, events = run(history, usage(history) // 5)
+    assert [e.phase for e in events][:2] == [1, 2]
+    assert " folded: " not in out[newest_error]["content"]
+    assert "ValueError: bad input 'x'" in out[newest_error]["content"].split("\n")
+    older = [m for m in out[3:newest_error] if m.get("role") == "tool"]
+    assert all(" folded: " in m["content"] for m in older)  # the older outputs went first
+
+
+def test_newest_error_output_yields_last_at_the_last_resort():
+    history = agent_history([log_lines(300)] * 3 + [BIG] + [log_lines(300)] * 3)
+    newest_error = 2 + 2 * 3 + 1
+    tight = usage(history[-2:]) + 400
+    calm, _ = tiered(history, ctx(history, budget=tight, pressure=2))
+    assert " folded: " not in calm[newest_error]["content"]
+    last, _ = tiered(history, ctx(history, budget=tight, pressure=3))
+    header, *kept = last[newest_error]["content"].split("\n")
+    assert " folded: " in header
+    assert pairing_problems(last) == pairing_problems(history)

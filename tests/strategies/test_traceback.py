@@ -211,3 +211,16 @@ def test_strategy_does_nothing_under_target():
     history = agent_history([fixture("seed_demo.txt")] * 5)
     out, events = traceback(history, ctx(history, budget=usage(history) * 3))
     assert out == history and events == []
+
+
+def test_one_huge_line_keeps_its_ends_not_nothing():
+    from strategies.traceback import elided
+
+    line = '{"results": [' + ", ".join(f'{{"id": {i}, "price": {i * 1.5}}}' for i in range(900))
+    line += '], "total": 12446}'
+    msg = {"role": "tool", "tool_call_id": "c1", "content": line}
+    out = elided(msg, "search", min_chars=2000, head=10, tail=10)
+    assert out is not None and out["tool_call_id"] == "c1"
+    assert out["content"].endswith('"total": 12446}')
+    assert '{"results": [{"id": 0' in out["content"] and "chars elided" in out["content"]
+    assert len(out["content"]) < 1200

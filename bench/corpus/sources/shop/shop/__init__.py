@@ -1,0 +1,1 @@
+"""A tiny shop: carts, prices and a discount rule (deliberately buggy, for the benchmark)."""

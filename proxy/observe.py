@@ -1,0 +1,262 @@
+"""What operators see: Prometheus metrics per app and one JSON access-log line per chat request.
+
+Metrics live in a `CollectorRegistry` built per app (no global registry), so tests can build many
+apps. With several uvicorn workers each process has its own registry: a scrape sees one worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from strategies.base import CompactionEvent
+
+access_log = logging.getLogger("ctxproxy.access")
+
+# LLM answers take seconds to minutes: the default buckets stop at 10 s.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    """The app's collectors, all registered on its own registry."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.http_requests = Counter(
+            "ctxproxy_http_requests",
+            "HTTP requests by route template and status",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.http_latency = Histogram(
+            "ctxproxy_http_request_duration_seconds",
+            "Time from request to the end of the response body",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.chat_requests = Counter(
+            "ctxproxy_chat_requests",
+            "Chat exchanges recorded, by upstream, status and streaming",
+            ["upstream", "status", "stream"],
+            registry=r,
+        )
+        self.chat_latency = Histogram(
+            "ctxproxy_chat_latency_seconds",
+            "Chat exchange time, from request to the answer's end",
+            ["upstream", "stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "ctxproxy_chat_time_to_first_token_seconds",
+            "Streamed chat exchanges: time from request to the first relayed chunk",
+            ["upstream"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.tokens_original = Counter(
+            "ctxproxy_tokens_original",
+            "Prompt tokens as the clients sent them (estimated)",
+            ["upstream"],
+            registry=r,
+        )
+        self.tokens_compiled = Counter(
+            "ctxproxy_tokens_compiled",
+            "Prompt tokens as forwarded upstream after compaction",
+            ["upstream"],
+            registry=r,
+        )
+        self.compactions = Counter(
+            "ctxproxy_compaction_events",
+            "Compaction passes that fired for a request (carried-over passes not counted)",
+            ["strategy", "phase"],
+            registry=r,
+        )
+        self.compaction_saved = Counter(
+            "ctxproxy_compaction_tokens_saved",
+            "Tokens removed by the compaction passes that fired",
+            ["strategy", "phase"],
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "ctxproxy_upstream_errors",
+            "Upstream failures: unavailable, timeout, http_<status>, or stream (error mid-stream)",
+            ["upstream", "kind"],
+            registry=r,
+        )
+
+
+@dataclass
+class Exchange:
+    """Everything about one finished chat exchange that metrics and the access log need."""
+
+    session: str
+    seq: int
+    model: str
+    upstream: str
+    stream: bool
+    status: int
+    latency_s: float
+    ttft_s: float | None
+    tokens_original: int
+    tokens_compiled: int
+    events: list[CompactionEvent] = field(default_factory=list)
+    partial: bool = False
+    error: dict[str, Any] | None = None
+    messages: list[dict[str, Any]] | None = None  # only logged with log_content
+    response: dict[str, Any] | None = None
+
+
+def exchange_finished(
+    turn: Any,
+    status: int,
+    now: float,
+    first: float | None,
+    response: dict[str, Any] | None,
+    partial: bool,
+    error: dict[str, Any] | None,
+) -> None:
+    """Called by routes.chat.Turn.finish once the exchange is recorded: count it, log it."""
+    sent, ref = turn.sent, turn.ref
+    x = Exchange(
+        session=ref.session_id,
+        seq=ref.seq,
+        model=turn.model,
+        upstream=turn.upstream,
+        stream=turn.stream,
+        status=status,
+        latency_s=now - turn.started,
+        ttft_s=None if first is None else first - turn.started,
+        tokens_original=sent.tokens_original if sent else 0,
+        tokens_compiled=sent.tokens_compiled if sent else 0,
+        events=list(sent.events) if sent else [],
+        partial=partial,
+        error=error,
+        messages=turn.messages,
+        response=response,
+    )
+    services = turn.services
+    observe(services.metrics, x, log_content=services.settings.log_content)
+
+
+def observe(metrics: Metrics | None, x: Exchange, *, log_content: bool) -> None:
+    """Count the exchange and write its access-log line. Never raises into the request."""
+    try:
+        if metrics is not None:
+            _count(metrics, x)
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(json.dumps(access_record(x, log_content), default=str))
+    except Exception:  # observing must never fail the exchange it observes
+        logging.getLogger("ctxproxy").exception("observing an exchange failed")
+
+
+def _count(m: Metrics, x: Exchange) -> None:
+    stream = "true" if x.stream else "false"
+    m.chat_requests.labels(x.upstream, str(x.status), stream).inc()
+    m.chat_latency.labels(x.upstream, stream).observe(x.latency_s)
+    if x.stream and x.ttft_s is not None:
+        m.ttft.labels(x.upstream).observe(x.ttft_s)
+    m.tokens_original.labels(x.upstream).inc(x.tokens_original)
+    m.tokens_compiled.labels(x.upstream).inc(x.tokens_compiled)
+    for e in x.events:
+        if e.replayed:
+            continue
+        phase = "" if e.phase is None else str(e.phase)
+        m.compactions.labels(e.strategy, phase).inc()
+        m.compaction_saved.labels(e.strategy, phase).inc(max(0, e.tokens_before - e.tokens_after))
+    if kind := upstream_error_kind(x.status, x.error):
+        m.upstream_errors.labels(x.upstream, kind).inc()
+
+
+def upstream_error_kind(status: int, error: dict[str, Any] | None) -> str | None:
+    """None when the upstream answered well, or when the proxy itself refused the request."""
+    error = error if isinstance(error, dict) else {}
+    if error.get("type") == "upstream_error":  # the proxy's own UpstreamUnavailable/Timeout
+        return str(error.get("code") or "error").removeprefix("upstream_")
+    if error.get("code") == "context_length_exceeded":  # our budget refusal, not a fault
+        return None
+    if status >= 400:
+        return f"http_{status}"
+    return "stream" if error else None
+
+
+def access_record(x: Exchange, log_content: bool) -> dict[str, Any]:
+    phases = list(dict.fromkeys(e.label for e in x.events if not e.replayed))
+    record: dict[str, Any] = {
+        "event": "chat",
+        "session": x.session,
+        "seq": x.seq,
+        "model": x.model,
+        "upstream": x.upstream,
+        "status": x.status,
+        "stream": x.stream,
+        "partial": x.partial,
+        "latency_ms": round(x.latency_s * 1000, 1),
+        "ttft_ms": None if x.ttft_s is None else round(x.ttft_s * 1000, 1),
+        "tokens_original": x.tokens_original,
+        "tokens_compiled": x.tokens_compiled,
+        "phases": phases,
+        "pid": os.getpid(),
+    }
+    if x.error:
+        # Type and code only: an upstream's error message may quote the prompt.
+        record["error"] = {"type": x.error.get("type"), "code": x.error.get("code")}
+    if log_content:
+        record["messages"] = x.messages
+        record["response"] = x.response
+        if x.error:
+            record["error"]["message"] = x.error.get("message")
+    return record
+
+
+def configure_logging(level: str) -> None:
+    """Plain lines for the app's loggers; bare JSON lines for the access log (one per request)."""
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per upstream call says nothing the access log does not: keep it for debugging.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
+    if not access_log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        access_log.addHandler(handler)
+        access_log.propagate = False
+
+
+class RequestMetrics:
+    """ASGI middleware: every HTTP request by method, route template and status, and its time."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.monotonic(), 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = scope.get("route")
+            # The template, never the raw path: raw paths would be unbounded label values.
+            name = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "")
+            self.metrics.http_requests.labels(method, name, str(status)).inc()
+            self.metrics.http_latency.labels(method, name).observe(time.monotonic() - started)

@@ -1,0 +1,1 @@
+"""The session viewer's helpers, templates and stylesheet (pages in proxy/routes/ui.py)."""
