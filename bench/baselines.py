@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.common import QUIET  # offline, no telemetry: the same for every peer run
+
 Messages = list[dict]
 Count = Callable[[Messages], int]  # tokens of a whole request, as the benchmark counts them
 
@@ -25,18 +27,6 @@ CACHE = Path(os.environ.get("CTXPROXY_BENCH_CACHE", Path.home() / ".cache" / "ct
 VENVS = {
     "litellm": ("venv-litellm", "litellm", ["litellm"]),
     "headroom": ("venv-headroom", "headroom", ["headroom-ai==0.42.0"]),
-}
-OFFLINE = {
-    "HEADROOM_OFFLINE": "1",
-    "HEADROOM_TELEMETRY": "off",
-    "HEADROOM_BEACON": "off",
-    "DO_NOT_TRACK": "1",
-    "HEADROOM_UPDATE_CHECK": "off",
-    "HEADROOM_SKIP_UPSTREAM_CHECK": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "LITELLM_TELEMETRY_DISABLED": "true",
 }
 
 
@@ -138,7 +128,7 @@ class Worker:
 
     def __init__(self, name: str, install: bool = True):
         py = peer_python(name, install)
-        env = {**os.environ, **OFFLINE, "HEADROOM_WORKSPACE_DIR": str(CACHE / "headroom-ws")}
+        env = {**os.environ, **QUIET, "HEADROOM_WORKSPACE_DIR": str(CACHE / "headroom-ws")}
         self.proc = subprocess.Popen(
             [str(py), __file__, "worker", name],
             stdin=subprocess.PIPE,

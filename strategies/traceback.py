@@ -17,7 +17,6 @@ from strategies.base import (
 )
 from strategies.elide import elide
 
-
 HEAD_CHARS, TAIL_CHARS = 600, 300
 
 

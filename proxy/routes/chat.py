@@ -109,10 +109,9 @@ class Turn:
         self.factor = 1.0
         self.compiled: Compiled | None = None
         self.sent: Compiled | None = None  # the view as recorded, for metrics and the log
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = []  # as stored: a refit's view refers to it
         self.stream = False
         self.attempts: list[dict[str, Any]] = []
-        self.raw_messages: list[dict[str, Any]] = []  # as stored: refit's view refers to it
 
     def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
         self.factor = factor
@@ -141,7 +140,7 @@ class Turn:
                 return compiled
             if exact is None:
                 return compiled
-            self.observe(compiled, exact)
+            self.calibrate(compiled, exact)
             if exact <= limit or attempt == 2:
                 return dataclasses.replace(compiled, tokens_compiled=exact)
             compiled = self.compile(body, window, self.factor * exact / compiled.tokens_compiled)
@@ -182,7 +181,7 @@ class Turn:
         factor = self.factor * 1.25
         estimated = self.compiled or first  # the estimate, also where `first` is an exact count
         if overflow.prompt_tokens and estimated.tokens_compiled:
-            self.observe(estimated, overflow.prompt_tokens)
+            self.calibrate(estimated, overflow.prompt_tokens)
             factor = self.factor * overflow.prompt_tokens / estimated.tokens_compiled * 1.02
         window = min(w for w in (first.window, overflow.window) if w)
         try:
@@ -195,7 +194,7 @@ class Turn:
             await run_in_threadpool(
                 self.store.replace_compiled,
                 self.ref,
-                self.raw_messages,
+                self.messages,
                 compiled.messages,
                 tokens_compiled=compiled.tokens_compiled,
                 budget=compiled.budget,
@@ -204,7 +203,7 @@ class Turn:
             )
         return compiled
 
-    def observe(self, compiled: Compiled, prompt_tokens: Any) -> None:
+    def calibrate(self, compiled: Compiled, prompt_tokens: Any) -> None:
         """Teach the calibration what the upstream counted for what we estimated."""
         raw = compiled.tokens_compiled / self.factor
         self.services.calibration.observe(self.upstream, self.model, round(raw), prompt_tokens)
@@ -214,7 +213,6 @@ class Turn:
     ) -> None:
         self.sent, self.messages = compiled, body["messages"]
         self.stream = bool(body.get("stream"))
-        self.raw_messages = body["messages"]
         self.ref = await run_in_threadpool(
             self.store.record_request,
             key.id,
@@ -223,7 +221,7 @@ class Turn:
             request={k: v for k, v in body.items() if k != "messages"},
             model=body["model"],
             upstream=upstream,
-            stream=bool(body.get("stream")),
+            stream=self.stream,
             compiled=compiled.messages if compiled else [],
             tokens_original=compiled.tokens_original if compiled else 0,
             tokens_compiled=compiled.tokens_compiled if compiled else 0,
@@ -246,7 +244,7 @@ class Turn:
         if self.ref is None:
             return
         if isinstance(usage, dict) and self.compiled is not None and status < 400:
-            self.observe(self.compiled, usage.get("prompt_tokens"))
+            self.calibrate(self.compiled, usage.get("prompt_tokens"))
         now = time.monotonic()
         await run_in_threadpool(
             self.store.finish_exchange,

@@ -137,19 +137,29 @@ def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None
     from proxy.settings import CompactionSettings
     from proxy.tokens import TokenCounter
 
-    log = "\n".join(f"INFO worker {i}: connected to db pool {i % 9} in {i % 37} ms"
-                    for i in range(3000))
-    log += ("\nTraceback (most recent call last):\n  File \"/app/main.py\", line 9, in run\n"
-            "    cfg.database_url\nAttributeError: 'Config' object has no attribute 'x'")
-    body = {"model": "m", "messages": [
-        {"role": "system", "content": "sys"},
-        {"role": "user", "content": "run the tests"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": log},
-    ]}
-    out = compile_request(body, window=4096, settings=CompactionSettings(),
-                          counter=TokenCounter())
+    log = "\n".join(
+        f"INFO worker {i}: connected to db pool {i % 9} in {i % 37} ms" for i in range(3000)
+    )
+    log += (
+        '\nTraceback (most recent call last):\n  File "/app/main.py", line 9, in run\n'
+        "    cfg.database_url\nAttributeError: 'Config' object has no attribute 'x'"
+    )
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "run the tests"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": log},
+        ],
+    }
+    out = compile_request(body, window=4096, settings=CompactionSettings(), counter=TokenCounter())
     latest = out.messages[-1]
     assert latest["tool_call_id"] == "c1"
     assert "AttributeError: 'Config' object has no attribute 'x'" in latest["content"]
@@ -159,8 +169,7 @@ def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None
     # A user message alone over the window cannot be elided: that is the client's to shorten.
     too_big = {"model": "m", "messages": [{"role": "user", "content": "word " * 8000}]}
     with pytest.raises(ContextLengthExceeded):
-        compile_request(too_big, window=4096, settings=CompactionSettings(),
-                        counter=TokenCounter())
+        compile_request(too_big, window=4096, settings=CompactionSettings(), counter=TokenCounter())
 
 
 def test_summary_names_only_what_fired_for_this_request():
