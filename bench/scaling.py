@@ -37,11 +37,9 @@ def clear_caches() -> None:
     """A cold compile: what a restarted proxy pays for a long session's first request."""
     from strategies.elide import elide
     from strategies.forms import _truncate
-    from strategies.replay import REPLAYS
 
     elide.cache_clear()
     _truncate.cache_clear()
-    REPLAYS.clear()
 
 
 def sqlite_bytes(path: Path) -> int:
@@ -88,6 +86,8 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
     from proxy.sessions import identify
     from proxy.settings import CompactionSettings
     from proxy.store import Store
+    from proxy.store.states import Decisions
+    from proxy.store.store import hash_messages
     from proxy.tokens import TokenCounter
 
     db = wd / "inproc.db"
@@ -136,11 +136,20 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
         parsed = parse_json(raw)
         parse_chat(parsed)
         key = identify(None, None, parsed)
+        hashes = hash_messages(parsed["messages"])
+        prior = store.load_state(key.id, hashes)
         t1 = time.perf_counter()
         compiled = compile_request(
-            parsed, window=window, settings=settings, counter=counter.corrected(1.0)
+            parsed,
+            window=window,
+            settings=settings,
+            counter=counter.corrected(1.0),
+            prior=prior.state if prior else None,
         )
         t2 = time.perf_counter()
+        decided = Decisions(
+            compiled.state, compiled.factor, compiled.raw_prompt, compiled.tokens_original
+        )
         ref = store.record_request(
             key.id,
             source=key.source,
@@ -156,6 +165,8 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
             window=compiled.window,
             pipeline=list(settings.pipeline),
             events=[e.to_dict() for e in compiled.events],
+            decided=decided if compiled.state else None,
+            hashes=hashes,
         )
         t3 = time.perf_counter()
         answer = c.assistant_step(sum(1 for m in msgs if m["role"] == "tool"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from typing import Any
 
 import httpx
@@ -9,25 +11,61 @@ import httpx
 from proxy import upstream as up
 from proxy.settings import Upstream
 
+log = logging.getLogger("ctxproxy.calibration")
+
+
+# Real tokenizers land within this of tiktoken's count for the same prompt; a usage figure
+# outside it is a server that reports something else (or nothing real), and is ignored.
+PLAUSIBLE = (0.67, 1.5)
+ALPHA = 0.5
+
+
+def plausible(estimate: int, actual: Any) -> float | None:
+    """actual / estimate when both are usable and the ratio is believable, else None."""
+    if not isinstance(actual, int) or isinstance(actual, bool) or actual <= 0 or estimate <= 0:
+        return None
+    ratio = actual / estimate
+    if not PLAUSIBLE[0] <= ratio <= PLAUSIBLE[1]:
+        log.warning(
+            "calibration: ignoring usage.prompt_tokens=%d for an estimate of %d (ratio %.2f "
+            "outside %.2f-%.2f)", actual, estimate, ratio, *PLAUSIBLE
+        )
+        return None
+    return ratio
+
+
+def next_factor(factor: float, estimate: int, actual: Any) -> float:
+    """A session's factor after the upstream counted `actual` for a prompt estimated (raw) at
+    `estimate`: a moving average of believable ratios; implausible figures change nothing."""
+    ratio = plausible(estimate, actual)
+    return factor if ratio is None else factor + ALPHA * (ratio - factor)
+
 
 class Calibration:
-    """factor(model) ≈ real prompt tokens / tiktoken estimate, an exponential moving average."""
+    """factor(model) ≈ real prompt tokens / tiktoken estimate, for sessions that have none yet.
 
-    def __init__(self, alpha: float = 0.5, bounds: tuple[float, float] = (0.5, 3.0)):
-        self.alpha, self.bounds = alpha, bounds
-        self._factors: dict[tuple[str, str], float] = {}
+    A session carries its own factor in its stored state (the same after a restart or on
+    another replica); this process-wide one only seeds new sessions. Keyed by upstream route
+    and model, at most `size` of them (the least recently seen go first)."""
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self._factors: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     def factor(self, upstream: str, model: str) -> float:
         return self._factors.get((upstream, model), 1.0)
 
     def observe(self, upstream: str, model: str, estimate: int, actual: Any) -> None:
         """`estimate` is the uncorrected tiktoken count of the prompt the upstream saw."""
-        if not isinstance(actual, int) or actual <= 0 or estimate <= 0:
+        if plausible(estimate, actual) is None:
             return
-        ratio = min(max(actual / estimate, self.bounds[0]), self.bounds[1])
         key = (upstream, model)
-        prev = self._factors.get(key)
-        self._factors[key] = ratio if prev is None else prev + self.alpha * (ratio - prev)
+        prev = self._factors.pop(key, None)
+        self._factors[key] = (
+            actual / estimate if prev is None else next_factor(prev, estimate, actual)
+        )
+        while len(self._factors) > self.size:
+            self._factors.popitem(last=False)
 
 
 async def exact_prompt_tokens(

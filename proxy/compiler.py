@@ -12,7 +12,7 @@ from proxy.errors import ContextLengthExceeded
 from proxy.settings import CompactionSettings
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 from strategies import CompactionEvent, OverBudget, Plan, compile_view, get
-from strategies.base import content_key, memoize
+from strategies.state import ViewState
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,9 @@ class Compiled:
     budget: int | None  # None when the window is unknown: then no compaction
     window: int | None
     events: list[CompactionEvent] = field(default_factory=list)
+    state: ViewState | None = None  # the decisions to store for the session's next turn
+    factor: float = 1.0  # the calibration the estimates were made with
+    raw_prompt: int = 0  # the uncorrected count behind tokens_compiled's estimate
 
     def summary(self) -> str:
         """For the X-Ctxproxy-Compaction header: the passes that fired for this request, in
@@ -32,37 +35,53 @@ class Compiled:
 
 
 def compile_request(
-    body: dict, *, window: int | None, settings: CompactionSettings, counter: TokenCounter
+    body: dict,
+    *,
+    window: int | None,
+    settings: CompactionSettings,
+    counter: TokenCounter,
+    prior: ViewState | None = None,
 ) -> Compiled:
+    """Compile the view of `body`'s messages; `prior` is the session branch's stored state for
+    a prefix of them (None for a new session: the history is compiled as one arrival)."""
     messages = list(body.get("messages") or [])
-    tools = body.get("tools") or None
-    tools_raw = counter.count_tools(tools)
-    hashes = [content_key(m) for m in messages]  # hashed once: token cache and replay cache
-    known = {id(m): h for m, h in zip(messages, hashes, strict=True)}
-    count = memoize(lambda m: counter.count_message(m, known.get(id(m))))
-
-    def estimate(view: list[dict]) -> int:
-        return counter.estimate(sum(count(m) for m in view) + REPLY_PRIMING + tools_raw)
-
-    original = estimate(messages)
+    tools_raw = counter.count_tools(body.get("tools") or None)
+    factor = counter.correction
     if window is None:
-        return Compiled(messages, original, original, None, None, [])
+        raw = sum(counter.count_message(m) for m in messages) + REPLY_PRIMING + tools_raw
+        original = counter.estimate(raw)
+        return Compiled(messages, original, original, None, None, [], None, factor, raw)
     tools_tokens = counter.estimate(tools_raw)
     budget = message_budget(body, window, settings, tools_tokens)
     try:
-        view, events = compile_view(
+        result = compile_view(
             messages,
             make_plan(settings, budget),
-            count,
+            counter.count_message,
             _measure(counter),
-            hashes=hashes,
-            cache_key=counter.fingerprint(),
+            prior=prior,
         )
     except OverBudget as exc:
+        largest = None
+        if exc.largest is not None:
+            index, role, tokens = exc.largest
+            largest = (index, role, counter.estimate(tokens))
         raise ContextLengthExceeded(
-            exc.needed + tools_tokens, max(budget, 0) + tools_tokens, window
+            exc.needed + tools_tokens, max(budget, 0) + tools_tokens, window, largest
         ) from exc
-    return Compiled(view, original, estimate(view), budget, window, events)
+    original = counter.estimate(result.original_tokens + REPLY_PRIMING + tools_raw)
+    raw = result.state.view_tokens + REPLY_PRIMING + tools_raw
+    return Compiled(
+        result.view,
+        original,
+        counter.estimate(raw),
+        budget,
+        window,
+        result.events,
+        result.state,
+        factor,
+        raw,
+    )
 
 
 def message_budget(body: dict, window: int, settings: CompactionSettings, tools: int) -> int:
@@ -77,8 +96,7 @@ def make_plan(settings: CompactionSettings, budget: int) -> Plan:
     for name in settings.pipeline:
         get(name)  # an unknown name fails here, with the list of known ones
     budget = max(budget, 0)
-    first_threshold = settings.tiered.thresholds[0] if "tiered" in settings.pipeline else 1.0
-    trigger = math.floor(min(first_threshold, 1.0) * budget)
+    trigger = math.floor(settings.trigger * budget)
     target = min(math.floor(settings.target * budget), trigger)
     options = {name: _options(settings, name) for name in settings.pipeline}
     return Plan(settings.pipeline, budget, target, trigger, options)

@@ -42,12 +42,25 @@ class BadRequest(ProxyError):
 class ContextLengthExceeded(BadRequest):
     code = "context_length_exceeded"
 
-    def __init__(self, needed: int, budget: int, window: int | None):
+    def __init__(
+        self,
+        needed: int,
+        budget: int,
+        window: int | None,
+        largest: tuple[int, str, int] | None = None,
+    ):
         self.needed, self.budget, self.window = needed, budget, window
+        culprit = "Shorten the latest messages or tools."
+        if largest is not None:
+            index, role, tokens = largest
+            culprit = (
+                f"The largest message is messages[{index}] ({role}, {tokens} tokens even in "
+                f"its most compact form); it is {needed - budget} tokens too many: shorten it."
+            )
         super().__init__(
             f"This request needs {needed} tokens even in its most compact form, but the "
             f"budget for the prompt is {budget} tokens (context window {window}, less the "
-            "completion reserve and safety margin). Shorten the latest messages or tools.",
+            f"completion reserve and safety margin). {culprit}",
             param="messages",
         )
 

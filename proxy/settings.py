@@ -54,8 +54,12 @@ class TracebackSettings(_Strict):
 
 class TieredSettings(_Strict):
     keep_recent: int = Field(2, ge=0)
-    thresholds: tuple[float, float, float] = (0.6, 0.75, 0.9)
     truncate_chars: int = Field(200, ge=0)
+    user_min_chars: int = Field(2000, ge=0)
+
+
+class ForgetSettings(_Strict):
+    keep_recent: int = Field(2, ge=0)
 
 
 class FoldSettings(_Strict):
@@ -68,15 +72,17 @@ class SlidingWindowSettings(_Strict):
 
 
 class CompactionSettings(_Strict):
-    pipeline: list[str] = ["traceback", "tiered"]
+    pipeline: list[str] = ["traceback", "tiered", "forget"]
     reserve_tokens: int = Field(1024, ge=0)
     safety_margin: float = Field(0.05, ge=0, lt=1)
+    trigger: float = Field(1.0, gt=0, le=1)
     target: float = Field(0.5, gt=0, le=1)
     image_tokens: int = Field(765, ge=0)
     invalid_pairing: Literal["reject", "repair", "pass"] = "reject"
     traceback: TracebackSettings = TracebackSettings()
     tiered: TieredSettings = TieredSettings()
     fold: FoldSettings = FoldSettings()
+    forget: ForgetSettings = ForgetSettings()
     sliding_window: SlidingWindowSettings = SlidingWindowSettings()
 
     @field_validator("pipeline")

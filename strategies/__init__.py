@@ -1,6 +1,6 @@
 """Compaction strategies: pure functions from a message list to a smaller one, by name."""
 
-from strategies import fold, none, sliding_window, tiered, traceback
+from strategies import fold, forget, none, sliding_window, tiered, traceback
 from strategies.base import (
     STRATEGIES,
     CompactionEvent,
@@ -29,6 +29,7 @@ __all__ = [
     "canonical_json",
     "compile_view",
     "fold",
+    "forget",
     "get",
     "message_hash",
     "none",

@@ -160,6 +160,7 @@ class CompactionEvent:
     reason: str
     # True for the passes of earlier turns that this view carries over; False for what fired now.
     replayed: bool = False
+    passes: int = 1  # how many firings a carried-over event stands for
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -182,10 +183,13 @@ class Lineage:
     """
 
     def __init__(self, raw: Sequence[Message]):
+        self.raw = raw
         self._origin: dict[int, tuple[Message, Message, str]] = {}
         self._iteration: dict[int, int] = {}
         self._forms: dict[tuple[int, str], Message | None] = {}
         self._index: dict[int, int] = {}
+        self._synthetic: set[int] = set()
+        self.forgotten: set[int] = set()  # raw indexes no longer in the view
         for i, (msg, it) in enumerate(zip(raw, iterations(raw), strict=True)):
             self._iteration[id(msg)] = it
             self._index[id(msg)] = i
@@ -195,8 +199,22 @@ class Lineage:
         return entry[1] if entry else msg
 
     def index(self, msg: Message) -> int:
-        """Position of the raw message this one stands for."""
+        """Position of the raw message this one stands for (for a marker: the first it hides)."""
         return self._index[id(self.origin(msg))]
+
+    def synthesize(self, msg: Message, anchor: int, label: str) -> Message:
+        """A message with no raw original (a forget marker), placed where raw `anchor` was."""
+        self._origin[id(msg)] = (msg, msg, label)
+        self._index[id(msg)] = anchor
+        self._iteration[id(msg)] = self._iteration[id(self.raw[anchor])]
+        self._synthetic.add(id(msg))
+        return msg
+
+    def is_synthetic(self, msg: Message) -> bool:
+        return id(msg) in self._synthetic
+
+    def forget(self, indexes: Iterable[int]) -> None:
+        self.forgotten.update(indexes)
 
     def label(self, msg: Message) -> str | None:
         """Which strategy pass made this form, None for a raw message."""
@@ -272,11 +290,14 @@ class Strategy(Protocol):
 
 
 class OverBudget(Exception):
-    """Even the smallest form the pipeline can make does not fit the budget."""
+    """Even the smallest form the pipeline can make does not fit the budget.
 
-    def __init__(self, needed: int, budget: int):
+    `largest` names the biggest message left in that form: (position in the history, role,
+    tokens), so the client can be told what to shorten."""
+
+    def __init__(self, needed: int, budget: int, largest: tuple[int, str, int] | None = None):
         super().__init__(f"needs {needed} tokens, budget {budget}")
-        self.needed, self.budget = needed, budget
+        self.needed, self.budget, self.largest = needed, budget, largest
 
 
 class InvariantError(AssertionError):
@@ -320,6 +341,9 @@ _MARKER = re.compile(
 )
 
 
+MARKER = "[ctxproxy: "  # how a forget marker begins
+
+
 def looks_compacted(msg: Message) -> bool:
     """A marker in the content: used only when no lineage says what the raw message was."""
     text = text_of(msg)
@@ -328,7 +352,8 @@ def looks_compacted(msg: Message) -> bool:
 
 MIN_GAIN = 0.9  # a new form must cut at least a tenth of the message's tokens
 # How far a pass reduces a message: a pass leaves alone what an equal or deeper pass made.
-DEPTH = {"traceback": 1, "tiered:1": 1, "fold": 2, "tiered:2": 2, "tiered:3": 3}
+# A forget marker (merged into a kept message or standing alone) is left to `forget` alone.
+DEPTH = {"traceback": 1, "tiered:1": 1, "fold": 2, "tiered:2": 2, "tiered:3": 3, "forget": 9}
 
 
 def compact_until(

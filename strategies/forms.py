@@ -50,6 +50,22 @@ def folded_output(msg: Message, name: str, *, keep_evidence: bool = False) -> Me
     return with_content(msg, "\n".join((header, *kept)))
 
 
+def folded_user(msg: Message, *, min_chars: int) -> Message | None:
+    """An old long user message (a pasted log) as a placeholder plus its evidence lines; the
+    task and the latest user message are protected elsewhere and never come here."""
+    text = text_of(msg)
+    if msg.get("role") != "user" or text is None or len(text) < min_chars:
+        return None
+    kept = excerpt(text)
+    lines = text.count("\n") + 1
+    note = f", {len(kept)} evidence {'line' if len(kept) == 1 else 'lines'} kept" if kept else ""
+    header = (
+        f"[User message folded: {len(text):,} chars, {lines:,} "
+        f"{'line' if lines == 1 else 'lines'}{note}; original: {original_ref(msg)}]"
+    )
+    return with_content(msg, "\n".join((header, *kept)))
+
+
 @lru_cache(maxsize=4096)
 def excerpt(text: str) -> tuple[str, ...]:
     """The most telling evidence lines that fit EXCERPT_LINES and EXCERPT_CHARS, in text order.

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from strategies.base import (
+    MARKER,
     PROMPT_ROLES,
     InvariantError,
     Message,
@@ -88,8 +89,11 @@ def check_valid(original: Sequence[Message], compiled: Sequence[Message]) -> Non
     latest = zip(compiled[len(compiled) - k :], original[len(original) - k :], strict=True)
     if len(compiled) < k or not all(kept_in_latest(c, o) for c, o in latest):
         raise InvariantError("compaction changed the latest turn")
-    if _users(compiled)[-1:] != _users(original)[-1:]:
+    now, sent = _users(compiled)[-1:], _users(original)[-1:]
+    if len(now) != len(sent) or not all(map(kept_in_latest, now, sent)):
         raise InvariantError("compaction changed the latest user message")
+    if added := _clashes(compiled) - _clashes(original):
+        raise InvariantError(f"compaction put two {sorted(added)[0]} messages next to each other")
 
 
 def check(
@@ -102,17 +106,46 @@ def check(
 
 
 def kept_in_latest(compiled: Message, original: Message) -> bool:
-    """The latest turn stays as sent, except a tool output elided to its evidence: the last
-    resort before an overflow, which keeps the error lines verbatim and names the original."""
+    """The latest turn stays as sent, except a tool output or user message elided to its
+    evidence: the last resort before an overflow, which keeps the error lines verbatim and
+    names the original."""
     if compiled == original:
         return True
     content = compiled.get("content")
-    return (
-        original.get("role") == "tool"
-        and {**compiled, "content": None} == {**original, "content": None}
-        and isinstance(content, str)
-        and content.startswith("[Output of tool ")
-    )
+    if (
+        original.get("role") not in ("tool", "user")
+        or {**compiled, "content": None} != {**original, "content": None}
+        or not isinstance(content, (str, list))
+    ):
+        return False
+    if isinstance(content, str) and content.startswith(ELIDED):
+        return True
+    return _marker_after(content, original.get("content"))
+
+
+ELIDED = ("[Output of tool ", "[User message elided")
+
+
+def _marker_after(content: Any, sent: Any) -> bool:
+    """The task (also the latest user message) whole, a forget marker after its text."""
+    if isinstance(content, list):
+        return (
+            content[:-1] == sent
+            and isinstance(content[-1], dict)
+            and str(content[-1].get("text", "")).startswith(MARKER)
+        )
+    if not isinstance(sent, str | None):
+        return False
+    return str(content).startswith(f"{sent}\n\n{MARKER}" if sent else MARKER)
+
+
+def _clashes(messages: Sequence[Message]) -> set[str]:
+    """Roles that stand twice in a row (user after user, assistant after assistant)."""
+    return {
+        a.get("role")
+        for a, b in zip(messages, messages[1:], strict=False)
+        if a.get("role") == b.get("role") and a.get("role") in ("user", "assistant")
+    }
 
 
 def _prompts(messages: Sequence[Message]) -> list[Message]:

@@ -1,15 +1,15 @@
-"""Run the configured strategies with hysteresis, replaying the session turn by turn.
+"""Run the configured strategies with hysteresis, on top of the session's stored decisions.
 
-No session state exists yet, so stickiness comes from a pure rule: the history is replayed from
-its first request point to its last, and the pipeline fires only where the view crossed the
-trigger, compacting down to the target. Turn n+1 replays turn n exactly and then appends, so an
-old message's compiled form changes only when a new compaction fires.
+The view of a turn is the previous turn's view (its ViewState, as the store keeps it) with the
+new messages appended. The pipeline fires only when that crosses the trigger, and then compacts
+well below it, to the target, so the turns after it only append. Work per turn is proportional
+to what is new; a firing costs a pass over the view.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from strategies import invariants
@@ -18,11 +18,12 @@ from strategies.base import (
     Context,
     Lineage,
     Message,
+    OverBudget,
     canonical_json,
     get,
     memoize,
 )
-from strategies.replay import REPLAYS, ReplayCache, State, prefix_keys
+from strategies.state import ViewState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,14 @@ class Plan:
         return canonical_json(
             [list(self.pipeline), self.budget, self.target, self.trigger, self.options]
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    view: list[Message]
+    events: list[CompactionEvent]  # carried over (replayed=True), then what fired now
+    state: ViewState  # to store, and to hand back on the branch's next turn
+    original_tokens: int  # raw count of the whole history
 
 
 def request_points(messages: Sequence[Message]) -> list[int]:
@@ -55,75 +64,88 @@ def compile_view(
     count: Callable[[Message], int],
     measure: Callable[[int], int],
     *,
-    hashes: Sequence[str] | None = None,
-    cache_key: Hashable | None = None,
-    cache: ReplayCache = REPLAYS,
-) -> tuple[list[Message], list[CompactionEvent]]:
-    """The view to send and the compactions behind it; raises OverBudget or InvariantError.
-
-    With `hashes` (message_hash of each message) and a `cache_key` naming everything else that
-    shapes the result (counting, calibration), the replay resumes from a cached earlier turn.
-    """
+    prior: ViewState | None = None,
+) -> Result:
+    """The view to send, the compactions behind it and the state to keep; raises OverBudget
+    or InvariantError. `prior` is the stored state of a prefix of `messages`, if any."""
     count = memoize(count)
     lineage = Lineage(messages)
     ctx = Context(plan.budget, plan.target, count, measure, lineage=lineage)
-    points = request_points(messages)
-    keys = prefix_keys(hashes, points) if hashes is not None and cache_key is not None else []
-    key = (plan.key(), cache_key)
-    state = next((s for k in reversed(keys) if (s := cache.get((k, key)))), None)
-    view = state.restore(messages, lineage) if state else []
-    earlier = list(state.earlier) if state else []
-    events = list(state.last) if state else []
-    start = state.point if state else 0
-    raw = sum(count(m) for m in view)
-    for end in points:
-        if end <= start:
-            continue
-        view += messages[start:end]
-        raw += sum(count(m) for m in messages[start:end])
-        start = end
-        earlier += events
-        events = []
-        if measure(raw) > plan.trigger:
-            view, events = _fire(view, plan, ctx)
-            raw = sum(count(m) for m in view)
-    if keys:
-        cache.put((keys[-1], key), State.capture(points[-1], view, lineage, earlier, events))
-    invariants.check(messages, view, budget=plan.budget, usage=measure(raw))
-    return view, merge(earlier) + events
+    if prior is not None and prior.fits(messages):
+        new = messages[prior.covered :]
+        added = sum(count(m) for m in new)
+        view = prior.restore(messages, lineage) + new
+        view_raw, original_raw = prior.view_tokens + added, prior.original_tokens + added
+        carried, fresh = list(prior.carried), bool(new)
+    else:
+        view, carried, fresh = list(messages), [], True
+        view_raw = original_raw = sum(count(m) for m in messages)
+    # A resent history keeps its view as long as it fits: same request, same bytes.
+    events: list[CompactionEvent] = []
+    if measure(view_raw) > (plan.trigger if fresh else plan.budget):
+        view, events = _fire(view, plan, ctx)
+        view_raw = sum(count(m) for m in view)
+    try:
+        invariants.check(messages, view, budget=plan.budget, usage=measure(view_raw))
+    except OverBudget as exc:
+        exc.largest = _largest(view, lineage, count)
+        raise
+    kept = merge(carried + events)
+    state = ViewState.capture(len(messages), view, lineage, kept, view_raw, original_raw)
+    return Result(view, merge(carried) + events, state, original_raw)
 
 
 def merge(events: Sequence[CompactionEvent]) -> list[CompactionEvent]:
-    """One event per pass for the compactions replayed from earlier turns, so a long session
-    reports a handful of events per request, not one per turn it ever compacted."""
+    """One event per pass for the compactions carried over from earlier turns, so a long
+    session reports a handful of events per request, not one per firing it ever had."""
     by_label: dict[str, list[CompactionEvent]] = {}
     for e in events:
         by_label.setdefault(e.label, []).append(e)
-    return [
-        CompactionEvent(
-            group[0].strategy,
-            group[0].phase,
-            sorted({it for e in group for it in e.iterations}),
-            group[0].tokens_before,
-            group[-1].tokens_after,
-            sum(e.chars_removed for e in group),
-            f"{group[0].reason}; replayed from earlier turns ({len(group)} passes)",
-            replayed=True,
+    merged = []
+    for group in by_label.values():
+        passes = sum(e.passes for e in group)
+        reason = group[0].reason.split("; carried over")[0]
+        merged.append(
+            CompactionEvent(
+                group[0].strategy,
+                group[0].phase,
+                sorted({it for e in group for it in e.iterations}),
+                group[0].tokens_before,
+                group[-1].tokens_after,
+                sum(e.chars_removed for e in group),
+                f"{reason}; carried over from earlier turns ({passes} passes)",
+                replayed=True,
+                passes=passes,
+            )
         )
-        for group in by_label.values()
-    ]
+    return merged
 
 
 def _fire(
     view: list[Message], plan: Plan, ctx: Context
 ) -> tuple[list[Message], list[CompactionEvent]]:
-    """The pipeline at increasing pressure, each level only while the view is over budget."""
+    """The pipeline at increasing pressure, each level only while the view is over budget.
+
+    Levels 0 and 1 compact down to the target; from level 2 on (the protected messages and the
+    working set themselves are too big) only down to the budget, so room is used."""
     events: list[CompactionEvent] = []
     for pressure in (0, 1, 2, 3):
         if pressure and ctx.usage(view) <= plan.budget:
             break
+        target = plan.target if pressure < 2 else plan.budget
         for name in plan.pipeline:
-            step = dataclasses.replace(ctx, pressure=pressure, options=plan.options.get(name, {}))
+            step = dataclasses.replace(
+                ctx, pressure=pressure, target=target, options=plan.options.get(name, {})
+            )
             view, fired = get(name)(view, step)
             events += fired
     return view, events
+
+
+def _largest(
+    view: list[Message], lineage: Lineage, count: Callable[[Message], int]
+) -> tuple[int, str, int] | None:
+    if not view:
+        return None
+    m = max(view, key=count)
+    return lineage.index(m), str(m.get("role")), count(m)

@@ -1,12 +1,13 @@
-"""tiered: three phases on old iterations, each fired only if the previous left usage too high.
+"""tiered: three phases on old iterations, each only while the previous left the view over target.
 
 Phase 1 truncates old tool outputs to a head plus their evidence lines, phase 2 folds them to
 a placeholder that keeps a few of the most telling evidence lines (the tool message and its
 tool_call_id stay), phase 3 folds old assistant text and shortens tool-call arguments, keeping
 the call names and ids; over budget it also folds old tool outputs to bare placeholders.
 
-The newest tool output that carries error evidence is what the next step most likely needs:
-phases 2 and 3 leave it alone until the last resort (pressure 3), and then take it last.
+The working set (the newest error output and the newest failing-test list) is what the next
+step most likely needs: phases 2 and 3 leave it alone until the last resort (pressure 3), and
+then take it last. Old long user messages (pasted logs) fold like tool output in phase 2.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from strategies.base import (
     compact_until,
     old_indexes,
     register,
-    text_of,
     tool_names,
 )
-from strategies.evidence import bears_evidence
-from strategies.forms import folded_output, skeleton, truncated
+from strategies.forms import folded_output, folded_user, skeleton, truncated
+from strategies.working_set import working_set
 
 REASONS = {
     1: "old tool outputs truncated to head and evidence",
@@ -40,6 +40,8 @@ def _transform(phase: int, messages: list[Message], ctx: Context) -> Callable:
     names = tool_names(messages)
 
     def fold(raw: Message, keep_evidence: bool) -> Message | None:
+        if raw.get("role") == "user":
+            return folded_user(raw, min_chars=int(ctx.option("user_min_chars", 2000)))
         name = names.get(raw.get("tool_call_id", ""), "?")
         return folded_output(raw, name, keep_evidence=keep_evidence)
 
@@ -49,42 +51,26 @@ def _transform(phase: int, messages: list[Message], ctx: Context) -> Callable:
 
 
 def _candidates(phase: int, messages: list[Message], ctx: Context) -> list[int]:
-    """Oldest first; for phases 2 and 3 without the newest error output, or with it last."""
+    """Oldest first; for phases 2 and 3 without the working set, or with it last."""
     tools = old_indexes(messages, ctx.keep_recent(), roles=("tool",))
     if phase == 1:
         return tools
-    latest = latest_error(messages, ctx)
-    if latest in tools:
-        tools.remove(latest)
-        if ctx.pressure >= 3:
-            tools.append(latest)
+    held = [i for i in working_set(messages, ctx) if i in tools]
+    tools = [i for i in tools if i not in held]
+    last = held if ctx.pressure >= 3 else []
     if phase == 2:
-        return tools
+        users = old_indexes(messages, ctx.keep_recent(), roles=("user",))
+        return sorted(tools + users) + last
     assistants = old_indexes(messages, ctx.keep_recent(), roles=("assistant",))
-    return assistants + (tools if ctx.pressure >= 1 else [])
-
-
-def latest_error(messages: list[Message], ctx: Context) -> int | None:
-    """Index of the latest tool message whose raw text carries error evidence."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") != "tool":
-            continue
-        raw = ctx.lineage.origin(messages[i]) if ctx.lineage else messages[i]
-        text = text_of(raw)
-        if text and bears_evidence(text):
-            return i
-    return None
+    return assistants + (tools + last if ctx.pressure >= 1 else [])
 
 
 @register("tiered")
 def tiered(messages: list[Message], ctx: Context) -> StrategyResult:
-    thresholds = tuple(ctx.option("thresholds", (0.6, 0.75, 0.9)))
     events = []
     for phase in (1, 2, 3):
-        # Under pressure every phase may run; otherwise only past its own threshold.
-        trigger = ctx.target if ctx.pressure >= 1 else int(thresholds[phase - 1] * ctx.budget)
-        if ctx.usage(messages) <= max(trigger, ctx.target):
-            continue
+        if ctx.usage(messages) <= ctx.target:
+            break
         reason = REASONS[phase]
         if phase == 3 and ctx.pressure >= 1:
             reason += "; over budget, old tool outputs folded to bare placeholders"

@@ -23,7 +23,7 @@ HEAD_CHARS, TAIL_CHARS = 600, 300
 def elided(msg: Message, name: str, *, min_chars: int, head: int, tail: int) -> Message | None:
     """The message with its output elided, or None if it is short or would not shrink."""
     text = text_of(msg)
-    if msg.get("role") != "tool" or text is None or len(text) < min_chars:
+    if msg.get("role") not in ("tool", "user") or text is None or len(text) < min_chars:
         return None
     result = elide(text, head, tail)
     if result is None:
@@ -33,16 +33,22 @@ def elided(msg: Message, name: str, *, min_chars: int, head: int, tail: int) -> 
         # No whole line could stay (one huge line, e.g. a JSON dump): keep its ends instead.
         cut = len(text) - HEAD_CHARS - TAIL_CHARS
         body = f"{text[:HEAD_CHARS]}[… {cut:,} chars elided …]{text[-TAIL_CHARS:]}"
+    what = "User message" if msg.get("role") == "user" else f"Output of tool '{name}'"
     header = (
-        f"[Output of tool '{name}' elided: kept {kept:,} of {total:,} lines "
+        f"[{what} elided: kept {kept:,} of {total:,} lines "
         f"({len(text):,} chars in full); original: {original_ref(msg)}]"
     )
     return with_content(msg, f"{header}\n{body}")
 
 
-def latest_tool_indexes(messages: list[Message]) -> list[int]:
+def last_resort_indexes(messages: list[Message]) -> list[int]:
+    """The latest turn's tool outputs, the task and the latest user message, oldest first."""
     iters = iterations(messages)
-    return [i for i, m in enumerate(messages) if m.get("role") == "tool" and iters[i] == iters[-1]]
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    latest = [
+        i for i, m in enumerate(messages) if m.get("role") == "tool" and iters[i] == iters[-1]
+    ]
+    return sorted(set(users[:1] + users[-1:] + latest))
 
 
 @register("traceback")
@@ -59,8 +65,9 @@ def traceback(messages: list[Message], ctx: Context) -> StrategyResult:
 
     candidates = old_indexes(messages, ctx.keep_recent(), roles=("tool",))
     if ctx.pressure >= 3:
-        # Last resort before an overflow: the latest tool outputs too, evidence kept verbatim.
-        candidates += latest_tool_indexes(messages)
+        # Last resort before an overflow: the latest tool outputs, the task and the latest user
+        # message too, evidence kept verbatim.
+        candidates += last_resort_indexes(messages)
     return compact_until(
         messages,
         ctx,

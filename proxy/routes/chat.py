@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 import anyio
@@ -17,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from proxy import observe, pairing
 from proxy import upstream as up
-from proxy.calibration import exact_prompt_tokens
+from proxy.calibration import exact_prompt_tokens, next_factor
 from proxy.compiler import Compiled, compile_request, message_budget
 from proxy.deps import ClientAuth, JsonBody, ServicesDep
 from proxy.errors import (
@@ -32,6 +33,8 @@ from proxy.protocol import chat_openapi, parse_chat
 from proxy.sessions import identify
 from proxy.sse import StreamAssembler
 from proxy.store import RequestRef
+from proxy.store.states import Decisions, Prior
+from proxy.store.store import hash_messages
 
 router = APIRouter(dependencies=[ClientAuth])
 log = logging.getLogger("ctxproxy.chat")
@@ -52,7 +55,8 @@ async def chat_completions(
     turn = Turn(services, started, upstream.name, chat.model)
     key = identify(request.headers.get("x-session-id"), session, body)
     window = await services.windows.window(upstream, chat.model)
-    factor = services.calibration.factor(upstream.name, chat.model)
+    await turn.load_prior(key.id, body, sendable)
+    factor = turn.session_factor(services.calibration.factor(upstream.name, chat.model))
     try:
         compiled = await turn.fit(upstream, sendable, window, factor)
     except ContextLengthExceeded as exc:
@@ -112,22 +116,51 @@ class Turn:
         self.messages: list[dict[str, Any]] = []  # as stored: a refit's view refers to it
         self.stream = False
         self.attempts: list[dict[str, Any]] = []
+        self.hashes: list[str] | None = None
+        self.prior: Prior | None = None
 
-    def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
+    async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
+        """The session branch's stored compaction state, which this turn's view starts from."""
+        self.hashes = await run_in_threadpool(hash_messages, body["messages"])
+        if sendable["messages"] is body["messages"]:  # a repaired history compiles afresh
+            self.prior = await run_in_threadpool(self.store.load_state, session_id, self.hashes)
+
+    def session_factor(self, default: float) -> float:
+        """The session's own calibration, moved by what the upstream counted last turn."""
+        p = self.prior
+        return default if p is None else next_factor(p.factor, p.raw_prompt, p.prompt_tokens)
+
+    async def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
+        """Off the event loop: a long history's first compile can take a while."""
         self.factor = factor
-        self.compiled = compile_request(
-            body,
-            window=window,
-            settings=self.services.settings.compaction,
-            counter=self.services.counter.corrected(factor),
+        compiled = await run_in_threadpool(
+            partial(
+                compile_request,
+                body,
+                window=window,
+                settings=self.services.settings.compaction,
+                counter=self.services.counter.corrected(factor),
+                prior=self.prior.state if self.prior else None,
+            )
         )
-        return self.compiled
+        if self.prior is not None and compiled.tokens_original < self.prior.tokens_original:
+            # The history only grew: a lower calibration since must not make it look smaller.
+            compiled = dataclasses.replace(compiled, tokens_original=self.prior.tokens_original)
+        self.compiled = compiled
+        return compiled
+
+    def decisions(self, compiled: Compiled) -> Decisions | None:
+        if compiled.state is None:
+            return None
+        return Decisions(
+            compiled.state, compiled.factor, compiled.raw_prompt, compiled.tokens_original
+        )
 
     async def fit(
         self, upstream: Any, body: dict[str, Any], window: int | None, factor: float
     ) -> Compiled:
         """Compile; in exact mode, recount with the upstream's tokenizer and refit if needed."""
-        compiled = self.compile(body, window, factor)
+        compiled = await self.compile(body, window, factor)
         if upstream.tokenizer != "upstream" or window is None:
             return compiled
         limit = message_budget(body, window, self.services.settings.compaction, 0)
@@ -143,7 +176,9 @@ class Turn:
             self.calibrate(compiled, exact)
             if exact <= limit or attempt == 2:
                 return dataclasses.replace(compiled, tokens_compiled=exact)
-            compiled = self.compile(body, window, self.factor * exact / compiled.tokens_compiled)
+            compiled = await self.compile(
+                body, window, self.factor * exact / compiled.tokens_compiled
+            )
         return compiled
 
     async def forward(
@@ -185,7 +220,7 @@ class Turn:
             factor = self.factor * overflow.prompt_tokens / estimated.tokens_compiled * 1.02
         window = min(w for w in (first.window, overflow.window) if w)
         try:
-            compiled = self.compile(body, window, factor)
+            compiled = await self.compile(body, window, factor)
         except ContextLengthExceeded as exc:
             await self.finish(status=exc.status, error=exc.body()["error"])
             raise
@@ -200,13 +235,15 @@ class Turn:
                 budget=compiled.budget,
                 window=compiled.window,
                 events=[e.to_dict() for e in compiled.events],
+                decided=self.decisions(compiled),
             )
         return compiled
 
     def calibrate(self, compiled: Compiled, prompt_tokens: Any) -> None:
         """Teach the calibration what the upstream counted for what we estimated."""
-        raw = compiled.tokens_compiled / self.factor
-        self.services.calibration.observe(self.upstream, self.model, round(raw), prompt_tokens)
+        self.services.calibration.observe(
+            self.upstream, self.model, compiled.raw_prompt, prompt_tokens
+        )
 
     async def record(
         self, key: Any, body: dict[str, Any], upstream: str, compiled: Compiled | None
@@ -229,6 +266,8 @@ class Turn:
             window=compiled.window if compiled else None,
             pipeline=self.pipeline,
             events=[e.to_dict() for e in compiled.events] if compiled else [],
+            decided=self.decisions(compiled) if compiled else None,
+            hashes=self.hashes,
         )
 
     async def finish(

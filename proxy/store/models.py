@@ -141,3 +141,28 @@ class CompiledRef(Base):
     message_hash: Mapped[str] = mapped_column(
         ForeignKey("messages.hash"), primary_key=True, index=True
     )
+
+
+class ViewStateRow(Base):
+    """A session branch's compaction decisions after one exchange: the view of the history up
+    to `entry_id`, message by message (raw or a stored form), what was forgotten, and the
+    calibration in force. The next turn on the branch starts from the newest one."""
+
+    __tablename__ = "view_states"
+
+    exchange_id: Mapped[int] = mapped_column(
+        RowId, ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True
+    )
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"), index=True)
+    entry_id: Mapped[int] = mapped_column(RowId, ForeignKey("entries.id"), index=True)
+    covered: Mapped[int] = mapped_column(Integer)
+    # [start, stop] runs of raw positions and {"i", "l", "h"(, "s")} forms, in view order
+    items: Mapped[list[Any]]
+    forgotten: Mapped[list[Any]]
+    carried: Mapped[list[Any]]
+    view_tokens: Mapped[int] = mapped_column(Integer)
+    original_tokens: Mapped[int] = mapped_column(Integer)
+    factor: Mapped[float] = mapped_column(Float)
+    raw_prompt: Mapped[int] = mapped_column(Integer)  # uncorrected count of the whole prompt
+    tokens_original: Mapped[int] = mapped_column(Integer)  # as reported for that exchange
+    created_at: Mapped[datetime]

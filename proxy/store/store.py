@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, exists, select, text, update
+from sqlalchemy import delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import history, reads
+from proxy.store import history, reads, states
 from proxy.store.engine import Writer, insert_ignore, make_engine
 from proxy.store.models import (
     CompiledRef,
@@ -18,6 +18,7 @@ from proxy.store.models import (
     ExchangeRow,
     MessageRow,
     SessionRow,
+    ViewStateRow,
     utcnow,
 )
 from proxy.store.views import (
@@ -86,11 +87,16 @@ class Store:
         window: int | None,
         pipeline: list[str],
         events: list[dict[str, Any]],
+        decided: states.Decisions | None = None,
+        hashes: list[str] | None = None,
     ) -> RequestRef:
-        """Store a request's history and open its exchange, committed before this returns."""
+        """Store a request's history and open its exchange, committed before this returns.
+
+        `decided`: the compile's decisions, the state the branch's next turn starts from;
+        `hashes`: message_hash of each message, when the caller has them already."""
         if not messages:
             raise ValueError("a request needs at least one message")
-        raw = [message_hash(m) for m in messages]
+        raw = hashes if hashes is not None else hash_messages(messages)
         view, rewritten = _compiled_view(messages, raw, compiled)
         params = {k: v for k, v in request.items() if k != "messages"}
 
@@ -120,6 +126,8 @@ class Store:
             s.add(x)
             s.flush()
             _keep_rewritten(s, x.id, rewritten, now)
+            if decided is not None:
+                _keep_state(s, x.id, session_id, leaf, decided, rewritten, now)
             return RequestRef(session_id, seq, x.id, leaf, added)
 
         return self._writer.run(work)
@@ -134,12 +142,19 @@ class Store:
         budget: int | None,
         window: int | None,
         events: list[dict[str, Any]],
+        decided: states.Decisions | None = None,
     ) -> None:
         """A retry sent another view (an upstream overflow healed): record that one instead."""
-        view, rewritten = _compiled_view(messages, [message_hash(m) for m in messages], compiled)
+        view, rewritten = _compiled_view(messages, hash_messages(messages), compiled)
 
         def work(s: Session) -> None:
-            _keep_rewritten(s, ref.exchange_id, rewritten, utcnow())
+            now = utcnow()
+            _keep_rewritten(s, ref.exchange_id, rewritten, now)
+            s.execute(delete(ViewStateRow).where(ViewStateRow.exchange_id == ref.exchange_id))
+            if decided is not None:
+                _keep_state(
+                    s, ref.exchange_id, ref.session_id, ref.leaf_entry_id, decided, rewritten, now
+                )
             s.execute(
                 update(ExchangeRow)
                 .where(ExchangeRow.id == ref.exchange_id)
@@ -230,6 +245,7 @@ class Store:
                 s.scalars(select(CompiledRef.message_hash).where(CompiledRef.exchange_id.in_(ids)))
             )
             s.execute(delete(CompiledRef).where(CompiledRef.exchange_id.in_(ids)))
+            s.execute(delete(ViewStateRow).where(ViewStateRow.session_id == session_id))
             s.execute(delete(ExchangeRow).where(ExchangeRow.session_id == session_id))
             s.execute(delete(EntryRow).where(EntryRow.session_id == session_id))
             s.execute(delete(SessionRow).where(SessionRow.id == session_id))
@@ -239,6 +255,11 @@ class Store:
         return self._writer.run(work)
 
     # --- reads -----------------------------------------------------------------------------
+
+    def load_state(self, session_id: str, hashes: list[str]) -> states.Prior | None:
+        """The compaction state of the longest prefix of this history that has one."""
+        chain = history.prefix_chain(hashes)
+        return self._read(lambda s: states.load(s, session_id, chain))
 
     def _read(self, query: Callable[[Session], T]) -> T:
         with Session(self.engine) as s, s.begin():
@@ -315,6 +336,31 @@ def _collect_garbage(s: Session, candidates: list[str]) -> None:
                 ~exists().where(ExchangeRow.response_hash == MessageRow.hash),
             )
         )
+
+
+def hash_messages(messages: list[dict[str, Any]]) -> list[str]:
+    return [message_hash(m) for m in messages]
+
+
+def _keep_state(
+    s: Session,
+    exchange_id: int,
+    session_id: str,
+    entry_id: int,
+    decided: states.Decisions,
+    rewritten: dict[str, dict[str, Any]],
+    now: Any,
+) -> None:
+    by_id = {id(m): h for h, m in rewritten.items()}
+
+    def hash_of(msg: dict[str, Any]) -> str:
+        return by_id.get(id(msg)) or message_hash(msg)
+
+    s.execute(
+        insert(ViewStateRow).values(
+            states.row(exchange_id, session_id, entry_id, decided, hash_of, now)
+        )
+    )
 
 
 def _compiled_view(

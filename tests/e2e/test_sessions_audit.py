@@ -206,7 +206,8 @@ def test_upstream_overflow_that_cannot_heal_is_one_clean_400(
             upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 16000}]
         )
     )
-    huge = [{"role": "user", "content": "word " * 3000}]  # the latest user turn: not ours to cut
+    # A system prompt is never cut: only the client can shorten it.
+    huge = [{"role": "system", "content": "word " * 3000}, {"role": "user", "content": "hi"}]
     r = httpx.post(
         proxy.url + "/v1/chat/completions",
         timeout=30,

@@ -69,7 +69,7 @@ def test_over_budget_history_is_compacted_with_events():
     assert result.tokens_compiled < result.tokens_original
     assert result.tokens_compiled - COUNTER.count_tools([TOOL]) <= result.budget
     assert result.summary().startswith("traceback")
-    assert all(e.to_dict()["strategy"] in ("traceback", "tiered") for e in result.events)
+    assert all(e.strategy in ("traceback", "tiered", "forget") for e in result.events)
     assert not pairing_problems(result.messages)
     assert result.messages[-2:] == b["messages"][-2:]
 
@@ -77,11 +77,16 @@ def test_over_budget_history_is_compacted_with_events():
 def test_seed_demo_through_the_compiler():
     seed = fixture("seed_demo.txt")
     b = body([seed, "ok", "ok", "ok"])
-    budget = COUNTER.count_messages(b["messages"]) / 0.7  # over the 0.6 trigger
+    budget = COUNTER.count_messages(b["messages"]) / 1.3  # over the budget: the pipeline fires
     result = compile_(b, math.ceil((budget + 1024) / 0.95))
-    # The pass fired at an earlier request point of this history, so this request carries it.
-    assert [e.label for e in result.events] == ["traceback"] and result.events[0].replayed
-    assert result.summary() == "none"
+    assert [e.label for e in result.events] == ["traceback"] and not result.events[0].replayed
+    # The next turn starts from the stored decisions: the pass is carried, nothing fires.
+    b2 = {**b, "messages": b["messages"] + agent_history(["ok"])[2:]}
+    again = compile_request(
+        b2, window=result.window, settings=SETTINGS, counter=COUNTER, prior=result.state
+    )
+    assert [e.label for e in again.events] == ["traceback"] and again.events[0].replayed
+    assert again.summary() == "none" and again.messages[:-2] == result.messages
     out = result.messages[3]["content"]
     assert "AttributeError: 'Config' object has no attribute 'database_url'" in out
     assert 'return {"url": cfg.database_url}' in out
@@ -90,13 +95,25 @@ def test_seed_demo_through_the_compiler():
 
 def test_hopeless_request_raises_with_figures():
     b = body(["ok"], tools=[TOOL])
-    b["messages"].append({"role": "user", "content": "x " * 100_000})  # only the client can cut
+    b["messages"][0] = {"role": "system", "content": "x " * 100_000}  # only the client can cut
     with pytest.raises(ContextLengthExceeded) as info:
         compile_(b, 8_192)
     exc = info.value
     assert exc.window == 8_192 and exc.needed > exc.budget
     assert exc.budget == 8_192 - 1024 - math.ceil(0.05 * 8_192)
-    assert exc.body()["error"]["code"] == "context_length_exceeded"
+    error = exc.body()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "messages[0] (system" in error["message"]
+    assert f"{exc.needed - exc.budget} tokens too many" in error["message"]
+
+
+def test_a_huge_latest_user_message_is_cut_to_its_ends_rather_than_refused():
+    b = body(["ok"], tools=[TOOL])
+    b["messages"].append({"role": "user", "content": "x " * 100_000})
+    out = compile_(b, 8_192)
+    assert out.messages[-1]["content"].startswith("[User message elided")
+    assert out.messages[:-1] == b["messages"][:-1]
+    assert out.tokens_compiled - COUNTER.count_tools([TOOL]) <= out.budget
 
 
 def test_deterministic_bytes():
@@ -166,8 +183,8 @@ def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None
     assert latest["content"].startswith("[Output of tool 'sh' elided")
     assert out.budget is not None and out.tokens_compiled < 4096
     assert out.messages[:3] == body["messages"][:3]
-    # A user message alone over the window cannot be elided: that is the client's to shorten.
-    too_big = {"model": "m", "messages": [{"role": "user", "content": "word " * 8000}]}
+    # A system prompt alone over the window cannot be elided: that is the client's to shorten.
+    too_big = {"model": "m", "messages": [{"role": "system", "content": "word " * 8000}]}
     with pytest.raises(ContextLengthExceeded):
         compile_request(too_big, window=4096, settings=CompactionSettings(), counter=TokenCounter())
 
@@ -175,7 +192,7 @@ def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None
 def test_summary_names_only_what_fired_for_this_request():
     from strategies.base import CompactionEvent
 
-    carried = CompactionEvent("tiered", 1, [1], 10, 5, 9, "r; replayed", replayed=True)
+    carried = CompactionEvent("tiered", 1, [1], 10, 5, 9, "r; carried", replayed=True)
     fresh = CompactionEvent("sliding_window", None, [2], 10, 5, 9, "r")
     assert Compiled([], 0, 0, 1, 1, [carried]).summary() == "none"
     assert Compiled([], 0, 0, 1, 1, [carried, fresh]).summary() == "sliding_window"

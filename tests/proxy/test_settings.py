@@ -23,8 +23,8 @@ def test_shipped_config_loads_with_public_names() -> None:
         ["*"],
         None,
     )
-    assert s.compaction.pipeline == ["traceback", "tiered"]
-    assert s.compaction.tiered.thresholds == (0.6, 0.75, 0.9)
+    assert s.compaction.pipeline == ["traceback", "tiered", "forget"]
+    assert (s.compaction.trigger, s.compaction.target) == (1.0, 0.5)
 
 
 def test_embedded_defaults_match_shipped_file(tmp_path: Path, monkeypatch) -> None:

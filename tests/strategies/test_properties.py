@@ -14,7 +14,8 @@ from proxy.settings import CompactionSettings
 from proxy.tokens import TokenCounter
 from strategies.base import PROMPT_ROLES, canonical_json
 from strategies.invariants import final_turn, kept_in_latest, pairing_problems
-from strategies.replay import REPLAYS
+from strategies.pipeline import request_points
+from strategies.traceback import elided
 
 COUNTER = TokenCounter()
 WORDS = [
@@ -92,6 +93,7 @@ def history(draw) -> list[dict]:
 
 
 PIPELINES = [
+    ["traceback", "tiered", "forget"],
     ["traceback", "tiered"],
     ["tiered"],
     ["fold", "tiered"],
@@ -101,6 +103,20 @@ PIPELINES = [
 ]
 
 
+def most_compact(msgs: list[dict]) -> int:
+    """A lower bound of what cannot go: the prompts as sent, and the task, the latest user
+    message and the latest turn's tool outputs at their smallest (evidence) forms."""
+    last = final_turn(msgs)
+    users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
+    keep = {i for i, m in enumerate(msgs) if m.get("role") in PROMPT_ROLES}
+    keep |= set(users[:1] + users[-1:]) | set(range(len(msgs) - last, len(msgs)))
+    total = 0
+    for i in sorted(keep):
+        small = elided(msgs[i], "run", min_chars=0, head=10, tail=10)
+        total += COUNTER.count_message(small or msgs[i])
+    return total
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     msgs=history(),
@@ -108,35 +124,57 @@ PIPELINES = [
     pipeline=st.sampled_from(PIPELINES),
     keep_recent=st.integers(0, 3),
 )
-def test_any_history_compiles_to_a_valid_request_within_budget(msgs, window, pipeline, keep_recent):
+def test_any_session_compiles_turn_by_turn_to_valid_requests_within_budget(
+    msgs, window, pipeline, keep_recent
+):
     settings_ = CompactionSettings(
         pipeline=pipeline,
         tiered={"keep_recent": keep_recent},
         fold={"keep_recent": keep_recent},
+        forget={"keep_recent": keep_recent},
         sliding_window={"keep_recent": keep_recent},
     )
-    body = {"messages": msgs, "max_tokens": 256}
-    frozen = copy.deepcopy(body)
-    try:
-        result = compile_request(body, window=window, settings=settings_, counter=COUNTER)
-    except ContextLengthExceeded as exc:
-        assert exc.needed > exc.budget
-        assert body == frozen
-        event("overflow")
-        return
-    event("compacted" if result.events else "unchanged")
-    assert body == frozen  # input never mutated
-    view = result.messages
-    assert result.tokens_compiled <= result.budget
-    assert COUNTER.count_messages(view) <= result.budget
-    assert not pairing_problems(view)
-    k = final_turn(msgs)
-    # The latest turn as sent; only a tool output may be elided, as the last resort.
-    latest = zip(view[len(view) - k :], msgs[len(msgs) - k :], strict=True)
-    assert all(kept_in_latest(c, o) for c, o in latest)
-    if msgs[0]["role"] in PROMPT_ROLES:
-        assert view[0] == msgs[0]
-    assert (result.events == []) == (view == msgs)
-    REPLAYS.clear()  # the second compile replays from scratch instead of resuming
-    again = compile_request(body, window=window, settings=settings_, counter=TokenCounter())
-    assert canonical_json(again.messages) == canonical_json(view)  # deterministic
+    prior, previous = None, None
+    for end in request_points(msgs)[1:]:
+        sent = msgs[:end]
+        body = {"messages": sent, "max_tokens": 256}
+        frozen = copy.deepcopy(body)
+        try:
+            result = compile_request(
+                body, window=window, settings=settings_, counter=COUNTER, prior=prior
+            )
+        except ContextLengthExceeded as exc:
+            assert exc.needed > exc.budget and body == frozen
+            if "traceback" in pipeline and pipeline[-1] in ("forget", "sliding_window"):
+                # Never refused while the prompts, task and latest turn fit in their most
+                # compact form (the marker needs a little room too).
+                assert most_compact(sent) + 3 > exc.budget - 200, (most_compact(sent), exc)
+            event("overflow")
+            return
+        assert body == frozen  # input never mutated
+        view = result.messages
+        assert result.tokens_compiled <= result.budget
+        assert COUNTER.count_messages(view) <= result.budget
+        assert not pairing_problems(view)
+        k = final_turn(sent)
+        latest = zip(view[len(view) - k :], sent[len(sent) - k :], strict=True)
+        assert all(kept_in_latest(c, o) for c, o in latest)
+        if sent[0]["role"] in PROMPT_ROLES:
+            assert view[0] == sent[0]
+        for a, b in zip(view, view[1:], strict=False):
+            # no two user (or assistant) messages in a row unless the client sent them so
+            if a["role"] == b["role"] and a["role"] in ("user", "assistant"):
+                assert any(
+                    x["role"] == y["role"] == a["role"]
+                    for x, y in zip(sent, sent[1:], strict=False)
+                )
+        fired = [e for e in result.events if not e.replayed]
+        if previous is not None and not fired:
+            assert view[: len(previous)] == previous  # what was sent stays as it was sent
+        # The same request again from the same stored state, by a fresh process: same bytes.
+        again = compile_request(
+            body, window=window, settings=settings_, counter=TokenCounter(), prior=prior
+        )
+        assert canonical_json(again.messages) == canonical_json(view)
+        event("compacted" if fired else "unchanged")
+        prior, previous = result.state, view

@@ -1,0 +1,128 @@
+"""A session branch's compaction state in the database: encoded per exchange, found by the
+history prefix it covers, decoded for the branch's next turn."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from proxy.store import history
+from proxy.store.models import EntryRow, ExchangeRow, ViewStateRow
+from strategies.base import CompactionEvent, Message
+from strategies.state import Form, Item, ViewState
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The newest stored state on a prefix of a request's history, with what the upstream
+    later said of that exchange's prompt (for the session's calibration)."""
+
+    state: ViewState
+    factor: float
+    raw_prompt: int
+    prompt_tokens: int | None
+    tokens_original: int
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """What a compile decided, to be stored with its exchange."""
+
+    state: ViewState
+    factor: float
+    raw_prompt: int
+    tokens_original: int
+
+
+def row(
+    exchange_id: int,
+    session_id: str,
+    entry_id: int,
+    decided: Decisions,
+    hash_of: Callable[[Message], str],
+    now: datetime,
+) -> dict[str, Any]:
+    state = decided.state
+    return {
+        "exchange_id": exchange_id,
+        "session_id": session_id,
+        "entry_id": entry_id,
+        "covered": state.covered,
+        "items": encode_items(state.items, hash_of),
+        "forgotten": [list(r) for r in state.forgotten],
+        "carried": [e.to_dict() for e in state.carried],
+        "view_tokens": state.view_tokens,
+        "original_tokens": state.original_tokens,
+        "factor": decided.factor,
+        "raw_prompt": decided.raw_prompt,
+        "tokens_original": decided.tokens_original,
+        "created_at": now,
+    }
+
+
+def encode_items(items: Sequence[Item], hash_of: Callable[[Message], str]) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, int):
+            if out and isinstance(out[-1], list) and out[-1][1] == item:
+                out[-1][1] = item + 1
+            else:
+                out.append([item, item + 1])
+            continue
+        form: dict[str, Any] = {"i": item.index, "l": item.label, "h": hash_of(item.message)}
+        if item.synthetic:
+            form["s"] = 1
+        out.append(form)
+    return out
+
+
+def load(s: Session, session_id: str, chain: Sequence[str]) -> Prior | None:
+    """The state of the longest prefix of `chain` (prefix hashes) that has one, newest first."""
+    for end in range(len(chain), 0, -history.CHUNK):
+        found = s.execute(
+            select(ViewStateRow, ExchangeRow.prompt_tokens)
+            .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
+            .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
+            .where(
+                EntryRow.session_id == session_id,
+                EntryRow.prefix_hash.in_(chain[max(0, end - history.CHUNK) : end]),
+            )
+            .order_by(EntryRow.position.desc(), ViewStateRow.exchange_id.desc())
+            .limit(1)
+        ).first()
+        if found is not None:
+            stored, prompt_tokens = found
+            return Prior(
+                _decode(s, stored),
+                stored.factor,
+                stored.raw_prompt,
+                prompt_tokens,
+                stored.tokens_original,
+            )
+    return None
+
+
+def _decode(s: Session, stored: ViewStateRow) -> ViewState:
+    forms = [part for part in stored.items if isinstance(part, dict)]
+    bodies = history.bodies(s, [f["h"] for f in forms])
+    items: list[Item] = []
+    for part in stored.items:
+        if isinstance(part, dict):
+            message = json.loads(bodies[part["h"]])
+            items.append(Form(part["i"], part["l"], message, bool(part.get("s"))))
+        else:
+            items.extend(range(part[0], part[1]))
+    return ViewState(
+        stored.covered,
+        tuple(items),
+        tuple((a, b) for a, b in stored.forgotten),
+        tuple(CompactionEvent(**e) for e in stored.carried),
+        stored.view_tokens,
+        stored.original_tokens,
+    )

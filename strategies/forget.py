@@ -1,0 +1,285 @@
+"""forget: the last tier. The oldest whole iterations leave the view behind a single marker.
+
+An iteration (an assistant message with all its tool results, or a user turn) goes as one
+block, so tool calls stay paired. Never forgotten: the prompts, the task (first user message),
+the latest iteration, the keep window, and below pressure 2 the working set and the user's own
+messages. The marker says what was left out (how many messages and steps, which tools with
+their key arguments, which history positions) and how to get it back; it sits where the first
+forgotten block was, merged into the assistant message that follows (or standing alone as an
+assistant message between two user turns), so no role sequence appears that the client did not
+send. `sliding_window` is the same selection without a marker and without a working set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from itertools import groupby
+
+from strategies.base import (
+    MARKER,
+    PROMPT_ROLES,
+    CompactionEvent,
+    Context,
+    Lineage,
+    Message,
+    StrategyResult,
+    content_size,
+    iterations,
+    protected_indexes,
+    register,
+    tool_calls,
+)
+from strategies.state import runs
+from strategies.working_set import working_set
+
+LABEL = "forget"
+SEPARATOR = "\n\n"  # between a merged marker and its host's own text
+KEY_ARGS = ("path", "file_path", "filename", "file", "cmd", "command", "query", "pattern", "url")
+ARG_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Unit:
+    start: int  # view indexes [start, stop)
+    stop: int
+    droppable: bool
+
+
+@register("forget")
+def forget(messages: list[Message], ctx: Context) -> StrategyResult:
+    return drop_oldest(messages, ctx, marker=True)
+
+
+def drop_oldest(messages: list[Message], ctx: Context, *, marker: bool) -> StrategyResult:
+    if ctx.usage(messages) <= min(ctx.target, ctx.budget):
+        return list(messages), []
+    lineage = ctx.lineage or Lineage(messages)
+    ctx = replace(ctx, lineage=lineage)
+    view = _without_marker(messages, lineage) if marker else list(messages)
+    units = _units(view, ctx, keep_working_set=marker and ctx.pressure < 2)
+    reserve = _reserve(ctx) if marker else 0
+    counts = [ctx.count(m) for m in view]
+    total = sum(counts)
+    floor = total - sum(sum(counts[u.start : u.stop]) for u in units if u.droppable)
+    # When what must stay does not fit even alone, forget nothing yet: a deeper level cuts what
+    # stays first (the latest output), and then older steps need not all go.
+    if ctx.measure(floor + reserve) > ctx.budget and ctx.pressure < 3:
+        return list(messages), []
+    dropped: set[int] = set()
+    for unit in units:
+        if ctx.measure(total + reserve) <= ctx.target:
+            break
+        if unit.droppable:
+            dropped.update(range(unit.start, unit.stop))
+            total -= sum(counts[unit.start : unit.stop])
+    _keep_roles_alternating(view, units, dropped)
+    if not dropped:
+        return list(messages), []
+    before = ctx.usage(messages)
+    raw_dropped = [lineage.index(view[i]) for i in sorted(dropped)]
+    lineage.forget(raw_dropped)
+    kept = [m for i, m in enumerate(view) if i not in dropped]
+    if marker:
+        kept = _place_marker(kept, lineage, ctx)
+    raw_iters = iterations(lineage.raw)
+    event = CompactionEvent(
+        "sliding_window" if not marker else LABEL,
+        None,
+        sorted({raw_iters[i] for i in raw_dropped}),
+        before,
+        ctx.usage(kept),
+        sum(content_size(view[i]) for i in dropped),
+        "oldest iterations forgotten behind a marker" if marker else "oldest iterations dropped",
+    )
+    return kept, [event]
+
+
+# --- which blocks may go ---------------------------------------------------------------------
+
+
+def _units(view: list[Message], ctx: Context, *, keep_working_set: bool) -> list[Unit]:
+    """The view's iterations, oldest first, each marked whether it may be forgotten now."""
+    iters = iterations(view)
+    protected = protected_indexes(view, iters)
+    users = [i for i, m in enumerate(view) if m.get("role") == "user"]
+    task = users[0] if users else len(view)
+    last = iters[-1] if iters else 0
+    held = set(working_set(view, ctx)) if keep_working_set else set()
+    units = []
+    for it, group in groupby(range(len(view)), key=lambda i: iters[i]):
+        idx = list(group)
+        droppable = (
+            it >= 0
+            and idx[0] > task
+            and it <= last - ctx.keep_recent()
+            and not protected.intersection(idx)
+            and not held.intersection(idx)
+            and not (keep_working_set and view[idx[0]].get("role") == "user")
+            and not any(view[i].get("role") in PROMPT_ROLES for i in idx)
+        )
+        units.append(Unit(idx[0], idx[-1] + 1, droppable))
+    return units
+
+
+def _keep_roles_alternating(view: list[Message], units: list[Unit], dropped: set[int]) -> None:
+    """Bring back the block after a kept message wherever dropping would put two user (or two
+    assistant) messages next to each other, until every junction is one the client sent."""
+    by_start = {u.start: u for u in units}
+    changed = True
+    while changed:
+        changed = False
+        kept = [i for i in range(len(view)) if i not in dropped]
+        for a, b in zip(kept, kept[1:], strict=False):
+            if b == a + 1 or not _clash(view[a], view[b]):
+                continue
+            unit = by_start.get(a + 1)
+            if unit is not None:
+                dropped.difference_update(range(unit.start, unit.stop))
+                changed = True
+                break
+
+
+def _clash(a: Message, b: Message) -> bool:
+    ra, rb = a.get("role"), b.get("role")
+    return (ra, rb) == ("user", "user") or (ra, rb) == ("assistant", "assistant")
+
+
+# --- the marker -------------------------------------------------------------------------------
+
+
+def _reserve(ctx: Context) -> int:
+    """Tokens kept free for the marker while choosing what to drop."""
+    return _cap(ctx) // 3 + 8
+
+
+def _cap(ctx: Context) -> int:
+    """The marker's length in characters: about 6% of the budget, within 400..2,000."""
+    return max(400, min(2000, int(ctx.budget * 0.06 * 4)))
+
+
+def _without_marker(view: list[Message], lineage: Lineage) -> list[Message]:
+    """The view with the previous marker taken out (a standalone one dropped, a merged one
+    back to its host's form): the new marker will describe everything forgotten so far."""
+    out = []
+    for m in view:
+        if lineage.label(m) != LABEL:
+            out.append(m)
+        elif not lineage.is_synthetic(m):
+            out.append(_unmerged(m, lineage))
+    return out
+
+
+def _place_marker(kept: list[Message], lineage: Lineage, ctx: Context) -> list[Message]:
+    """Put the marker where the first forgotten block was, without changing the latest turn
+    and without two messages of one role in a row: led into the next assistant message, else
+    into the nearest earlier one, else standing alone, else after the task's own text."""
+    first = min(lineage.forgotten)
+    at = next((k for k, m in enumerate(kept) if lineage.index(m) > first), len(kept))
+    text = marker_text(lineage.raw, sorted(lineage.forgotten), _cap(ctx))
+    iters = iterations(kept)
+    latest = iters[-1] if iters else -1
+    users = [k for k, m in enumerate(kept) if m.get("role") == "user"]
+    task = users[0] if users else -1
+    hosts = [k for k in range(at, -1, -1) if k < len(kept) and k > task]
+    host = next((k for k in hosts if _hosts(kept[k]) and iters[k] != latest), None)
+    prev = kept[at - 1].get("role") if at > 0 else None
+    nxt = kept[at].get("role") if at < len(kept) else None
+    if host is not None:
+        kept[host] = _merged(kept[host], text, lineage)
+    elif prev != "assistant" and nxt != "assistant" or task < 0:
+        msg = {"role": "assistant", "content": text}
+        kept.insert(at, lineage.synthesize(msg, first, LABEL))
+    else:
+        kept[task] = _appended(kept[task], text, lineage)
+    return kept
+
+
+def _hosts(msg: Message) -> bool:
+    return msg.get("role") == "assistant"
+
+
+def _merged(host: Message, text: str, lineage: Lineage) -> Message:
+    """An assistant message as it stands, its content led by the marker."""
+    content = host.get("content")
+    if isinstance(content, list):
+        new = {**host, "content": [{"type": "text", "text": text}, *content]}
+    else:
+        new = {**host, "content": f"{text}{SEPARATOR}{content}" if content else text}
+    return lineage.derive(new, lineage.origin(host), LABEL)
+
+
+def _appended(task: Message, text: str, lineage: Lineage) -> Message:
+    """The task with the marker after its own text, which stays whole."""
+    content = task.get("content")
+    if isinstance(content, list):
+        new = {**task, "content": [*content, {"type": "text", "text": text}]}
+    else:
+        new = {**task, "content": f"{content}{SEPARATOR}{text}" if content else text}
+    return lineage.derive(new, lineage.origin(task), LABEL)
+
+
+def _unmerged(msg: Message, lineage: Lineage) -> Message:
+    raw = lineage.origin(msg)
+    if raw.get("role") == "user":
+        return raw  # the task, which only had the marker after its own text
+    content = msg.get("content")
+    if isinstance(content, list):
+        rest = content[1:]
+    elif isinstance(content, str) and SEPARATOR in content:
+        rest = content.split(SEPARATOR, 1)[1]
+    else:
+        rest = raw.get("content")
+    base = {**msg, "content": rest}
+    # Which pass made the host's form is not kept; "tiered:3" is the deepest it could be.
+    return raw if base == raw else lineage.derive(base, raw, "tiered:3")
+
+
+def marker_text(raw: Sequence[Message], forgotten: Sequence[int], cap: int) -> str:
+    """What was left out and how to get it back, within `cap` characters."""
+    iters = iterations(raw)
+    steps = sorted({iters[i] for i in forgotten})
+    ranges = ", ".join(f"{a}-{b - 1}" if b - a > 1 else str(a) for a, b in runs(forgotten))
+    head = (
+        f"{MARKER}{len(forgotten):,} earlier messages ({len(steps):,} steps, "
+        f"{steps[0]}–{steps[-1]}) were omitted to fit the context window; history positions "
+        f"{ranges}."
+    )
+    tail = (
+        " Get any of it back with the ctxproxy_recall tool: ref \"history:<position>\" or a "
+        "query (words or a regular expression).]"
+    )
+    users = sum(1 for i in forgotten if raw[i].get("role") == "user")
+    parts = [f" User messages among them: {users}."] if users else []
+    for name, args in _calls(raw[i] for i in forgotten).items():
+        listed = "; ".join(reversed([a for a in args if a][-6:]))
+        parts.append(f" {name} ×{len(args)}" + (f" (latest first: {listed})" if listed else ""))
+    body = "".join(parts)
+    room = cap - len(head) - len(tail)
+    if len(body) > room:
+        body = body[: max(room - 1, 0)] + "…"
+    return head + body + tail
+
+
+def _calls(messages: Iterable[Message]) -> dict[str, list[str]]:
+    """Tool name -> the key argument of each call ("" where none stands out)."""
+    out: dict[str, list[str]] = {}
+    for msg in messages:
+        for call in tool_calls(msg):
+            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            out.setdefault(str(fn.get("name", "?")), []).append(_key_arg(fn.get("arguments")))
+    return out
+
+
+def _key_arg(arguments: object) -> str:
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else None
+    except ValueError:
+        return ""
+    if not isinstance(value, dict):
+        return ""
+    picked = next((value[k] for k in KEY_ARGS if isinstance(value.get(k), str)), None)
+    picked = picked or next((v for v in value.values() if isinstance(v, str)), "")
+    picked = " ".join(picked.split())
+    return picked if len(picked) <= ARG_CHARS else picked[: ARG_CHARS - 1] + "…"

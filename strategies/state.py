@@ -1,0 +1,91 @@
+"""A session branch's compaction decisions: which raw message stands in the view in which form.
+
+The proxy stores a ViewState after every compile and hands it back on the branch's next turn,
+so an old message keeps the exact form it was sent in until a later firing compacts it further,
+and a restart, another worker or a resent request forwards the same bytes. Pure data: the store
+encodes it, strategies never see the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from strategies.base import CompactionEvent, Lineage, Message
+
+
+@dataclass(frozen=True)
+class Form:
+    """A compiled message standing for raw message `index`; a standalone marker has
+    `synthetic` set and stands for the forgotten messages (its index is the first of them)."""
+
+    index: int
+    label: str
+    message: Message
+    synthetic: bool = False
+
+
+Item = int | Form  # a raw index kept as it came, or a compiled form
+
+
+@dataclass(frozen=True)
+class ViewState:
+    covered: int  # the view stands for messages[:covered]
+    items: tuple[Item, ...]
+    forgotten: tuple[tuple[int, int], ...] = ()  # [start, stop) runs of raw indexes left out
+    carried: tuple[CompactionEvent, ...] = ()  # the passes that shaped this view, merged
+    view_tokens: int = 0  # raw (uncorrected) token count of the view's messages
+    original_tokens: int = 0  # raw token count of messages[:covered]
+
+    @classmethod
+    def capture(
+        cls,
+        covered: int,
+        view: Sequence[Message],
+        lineage: Lineage,
+        carried: Iterable[CompactionEvent],
+        view_tokens: int,
+        original_tokens: int,
+    ) -> ViewState:
+        items: list[Item] = []
+        for m in view:
+            label = lineage.label(m)
+            if label is None:
+                items.append(lineage.index(m))
+            else:
+                items.append(Form(lineage.index(m), label, m, lineage.is_synthetic(m)))
+        return cls(
+            covered,
+            tuple(items),
+            runs(lineage.forgotten),
+            tuple(carried),
+            view_tokens,
+            original_tokens,
+        )
+
+    def restore(self, messages: Sequence[Message], lineage: Lineage) -> list[Message]:
+        """The view of messages[:covered], its forms registered in the lineage."""
+        lineage.forget(i for a, b in self.forgotten for i in range(a, b))
+        view: list[Message] = []
+        for item in self.items:
+            if isinstance(item, int):
+                view.append(messages[item])
+            elif item.synthetic:
+                view.append(lineage.synthesize(item.message, item.index, item.label))
+            else:
+                view.append(lineage.derive(item.message, messages[item.index], item.label))
+        return view
+
+    def fits(self, messages: Sequence[Message]) -> bool:
+        """Whether this state can stand for a prefix of `messages` (indexes in range)."""
+        return self.covered <= len(messages)
+
+
+def runs(indexes: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    out: list[list[int]] = []
+    for i in sorted(set(indexes)):
+        if out and out[-1][1] == i:
+            out[-1][1] = i + 1
+        else:
+            out.append([i, i + 1])
+    return tuple((a, b) for a, b in out)
