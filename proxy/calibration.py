@@ -28,7 +28,11 @@ def plausible(estimate: int, actual: Any) -> float | None:
     if not PLAUSIBLE[0] <= ratio <= PLAUSIBLE[1]:
         log.warning(
             "calibration: ignoring usage.prompt_tokens=%d for an estimate of %d (ratio %.2f "
-            "outside %.2f-%.2f)", actual, estimate, ratio, *PLAUSIBLE
+            "outside %.2f-%.2f)",
+            actual,
+            estimate,
+            ratio,
+            *PLAUSIBLE,
         )
         return None
     return ratio

@@ -247,7 +247,7 @@ def marker_text(raw: Sequence[Message], forgotten: Sequence[int], cap: int) -> s
         f"{ranges}."
     )
     tail = (
-        " Get any of it back with the ctxproxy_recall tool: ref \"history:<position>\" or a "
+        ' Get any of it back with the ctxproxy_recall tool: ref "history:<position>" or a '
         "query (words or a regular expression).]"
     )
     users = sum(1 for i in forgotten if raw[i].get("role") == "user")
