@@ -60,6 +60,7 @@ class TieredSettings(_Strict):
 
 class ForgetSettings(_Strict):
     keep_recent: int = Field(2, ge=0)
+    keep_first: float = Field(0.2, ge=0, lt=1)
 
 
 class FoldSettings(_Strict):

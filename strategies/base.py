@@ -120,11 +120,14 @@ def iterations(messages: Sequence[Message]) -> list[int]:
     return out
 
 
-def protected_indexes(messages: Sequence[Message], iters: Sequence[int]) -> set[int]:
-    """Messages no strategy may change: prompts, first and latest user message, final turn."""
+def protected_indexes(
+    messages: Sequence[Message], iters: Sequence[int], *, latest_user: bool = True
+) -> set[int]:
+    """Messages no strategy may change: prompts, the first user message (the task), the final
+    turn, and (unless `latest_user` is False) the latest user message."""
     keep = {i for i, m in enumerate(messages) if m.get("role") in PROMPT_ROLES}
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    keep.update(users[:1] + users[-1:])
+    keep.update(users[:1] + (users[-1:] if latest_user else []))
     if iters:
         last = iters[-1]
         keep.update(i for i, it in enumerate(iters) if it == last)
@@ -134,9 +137,10 @@ def protected_indexes(messages: Sequence[Message], iters: Sequence[int]) -> set[
 def old_indexes(
     messages: Sequence[Message], keep_recent: int, roles: Iterable[str] = ("tool", "assistant")
 ) -> list[int]:
-    """Indexes a strategy may compact, oldest first: outside the keep window and unprotected."""
+    """Indexes a strategy may compact, oldest first: outside the keep window and unprotected.
+    A latest user message the agent has moved on from (outside the keep window) may fold."""
     iters = iterations(messages)
-    protected = protected_indexes(messages, iters)
+    protected = protected_indexes(messages, iters, latest_user=False)
     cutoff = (iters[-1] if iters else 0) - keep_recent
     wanted = frozenset(roles)
     return [
@@ -253,6 +257,14 @@ def memoize(count: Callable[[Message], int]) -> Callable[[Message], int]:
 # --- context and protocol ------------------------------------------------------------------
 
 
+# Pressure levels. The pipeline raises the level while the view stays over the target (up to
+# NO_KEEP_WINDOW), then, from FORGET_ANY on, only while it stays over the budget.
+ALL_PHASES = 1  # every phase of every strategy may run
+NO_KEEP_WINDOW = 2  # the keep window shrinks to the latest turn; the working set may fold
+FORGET_ANY = 3  # the working set and the user's messages may be forgotten too
+LAST_RESORT = 4  # the latest turn's outputs, the task and the latest user message are cut
+
+
 @dataclass(frozen=True)
 class Context:
     """What a strategy may know: token figures, how to count, its own options.
@@ -266,9 +278,7 @@ class Context:
     count: Callable[[Message], int]
     measure: Callable[[int], int] = lambda raw: raw
     options: Mapping[str, Any] = field(default_factory=dict)
-    # 0: configured behaviour; 1: every phase allowed; 2: the keep window shrinks to the
-    # protected messages; 3: traceback may elide the latest turn's tool outputs (evidence kept).
-    # Raised by the pipeline only while the view stays over budget.
+    # One of the levels below, raised by the pipeline only while the view stays over its goal.
     pressure: int = 0
     lineage: Lineage | None = None
 
@@ -279,7 +289,7 @@ class Context:
         return self.options.get(name, default)
 
     def keep_recent(self) -> int:
-        return 0 if self.pressure >= 2 else int(self.option("keep_recent", 2))
+        return 0 if self.pressure >= NO_KEEP_WINDOW else int(self.option("keep_recent", 2))
 
 
 StrategyResult = tuple[list[Message], list[CompactionEvent]]

@@ -2,12 +2,13 @@
 
 An iteration (an assistant message with all its tool results, or a user turn) goes as one
 block, so tool calls stay paired. Never forgotten: the prompts, the task (first user message),
-the latest iteration, the keep window, and below pressure 2 the working set and the user's own
-messages. The marker says what was left out (how many messages and steps, which tools with
-their key arguments, which history positions) and how to get it back; it sits where the first
-forgotten block was, merged into the assistant message that follows (or standing alone as an
-assistant message between two user turns), so no role sequence appears that the client did not
-send. `sliding_window` is the same selection without a marker and without a working set.
+the latest user message, the latest iteration and the keep window; below FORGET_ANY also the
+first steps (`keep_first`) and the user's own messages; below LAST_RESORT the working set.
+The marker says what was left out (how many messages and steps, which tools with their key
+arguments, which history positions) and how to get it back. It sits where the newest
+forgotten block was, led into the assistant message that follows (or standing alone as an
+assistant message between two user turns), so no role sequence appears that the client did
+not send. `sliding_window` is the same selection without marker, head or working set.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 
 from strategies.base import (
+    FORGET_ANY,
+    LAST_RESORT,
     MARKER,
     PROMPT_ROLES,
     CompactionEvent,
@@ -58,26 +61,12 @@ def drop_oldest(messages: list[Message], ctx: Context, *, marker: bool) -> Strat
     lineage = ctx.lineage or Lineage(messages)
     ctx = replace(ctx, lineage=lineage)
     view = _without_marker(messages, lineage) if marker else list(messages)
-    units = _units(view, ctx, keep_working_set=marker and ctx.pressure < 2)
-    reserve = _reserve(ctx) if marker else 0
-    counts = [ctx.count(m) for m in view]
-    total = sum(counts)
-    floor = total - sum(sum(counts[u.start : u.stop]) for u in units if u.droppable)
-    # When what must stay does not fit even alone, forget nothing yet: a deeper level cuts what
-    # stays first (the latest output), and then older steps need not all go.
-    if ctx.measure(floor + reserve) > ctx.budget and ctx.pressure < 3:
-        return list(messages), []
-    dropped: set[int] = set()
-    for unit in units:
-        if ctx.measure(total + reserve) <= ctx.target:
-            break
-        if unit.droppable:
-            dropped.update(range(unit.start, unit.stop))
-            total -= sum(counts[unit.start : unit.stop])
+    held = set(working_set(view, ctx)) if marker else set()
+    units = _units(view, ctx, held, marker)
+    dropped = _choose(view, units, held, ctx, _reserve(ctx) if marker else 0)
     _keep_roles_alternating(view, units, dropped)
     if not dropped:
         return list(messages), []
-    before = ctx.usage(messages)
     raw_dropped = [lineage.index(view[i]) for i in sorted(dropped)]
     lineage.forget(raw_dropped)
     kept = [m for i, m in enumerate(view) if i not in dropped]
@@ -85,10 +74,10 @@ def drop_oldest(messages: list[Message], ctx: Context, *, marker: bool) -> Strat
         kept = _place_marker(kept, lineage, ctx)
     raw_iters = iterations(lineage.raw)
     event = CompactionEvent(
-        "sliding_window" if not marker else LABEL,
+        LABEL if marker else "sliding_window",
         None,
         sorted({raw_iters[i] for i in raw_dropped}),
-        before,
+        ctx.usage(messages),
         ctx.usage(kept),
         sum(content_size(view[i]) for i in dropped),
         "oldest iterations forgotten behind a marker" if marker else "oldest iterations dropped",
@@ -96,27 +85,62 @@ def drop_oldest(messages: list[Message], ctx: Context, *, marker: bool) -> Strat
     return kept, [event]
 
 
+def _choose(
+    view: list[Message], units: list[Unit], held: set[int], ctx: Context, reserve: int
+) -> set[int]:
+    """The blocks to drop: oldest first, the working set last, until the view meets the
+    target. Nothing while what must stay does not fit even alone: a deeper level first cuts
+    what stays (the latest output), and then older steps need not all go."""
+    counts = [ctx.count(m) for m in view]
+    total = sum(counts)
+    droppable = [u for u in units if u.droppable]
+    floor = total - sum(sum(counts[u.start : u.stop]) for u in droppable)
+    if ctx.measure(floor + reserve) > ctx.budget and ctx.pressure < LAST_RESORT:
+        return set()
+    dropped: set[int] = set()
+    for unit in sorted(droppable, key=lambda u: bool(held.intersection(range(u.start, u.stop)))):
+        if ctx.measure(total + reserve) <= ctx.target:
+            break
+        dropped.update(range(unit.start, unit.stop))
+        total -= sum(counts[unit.start : unit.stop])
+    return dropped
+
+
 # --- which blocks may go ---------------------------------------------------------------------
 
 
-def _units(view: list[Message], ctx: Context, *, keep_working_set: bool) -> list[Unit]:
-    """The view's iterations, oldest first, each marked whether it may be forgotten now."""
+def _units(view: list[Message], ctx: Context, held: set[int], marker: bool) -> list[Unit]:
+    """The view's iterations, oldest first, each marked whether it may be forgotten now.
+
+    With a marker (forget, not sliding_window): the first steps (`keep_first` of the budget)
+    and the user's own messages stay below FORGET_ANY, the working set below LAST_RESORT.
+    The head stands at the start of every later view, so what a firing changes begins after
+    it and the model server's cache keeps it; a first look around a project is often needed
+    again too."""
     iters = iterations(view)
     protected = protected_indexes(view, iters)
     users = [i for i, m in enumerate(view) if m.get("role") == "user"]
     task = users[0] if users else len(view)
     last = iters[-1] if iters else 0
-    held = set(working_set(view, ctx)) if keep_working_set else set()
+    early = marker and ctx.pressure < FORGET_ANY
+    keep = held if marker and ctx.pressure < LAST_RESORT else set()
+    head = int(float(ctx.option("keep_first", 0.0)) * ctx.budget) if early else 0
     units = []
     for it, group in groupby(range(len(view)), key=lambda i: iters[i]):
         idx = list(group)
+        if idx[0] > task and head > 0:
+            head -= sum(ctx.count(view[i]) for i in idx)
+            if head >= 0:
+                units.append(Unit(idx[0], idx[-1] + 1, False))
+                continue
+            head = 0
         droppable = (
             it >= 0
             and idx[0] > task
             and it <= last - ctx.keep_recent()
             and not protected.intersection(idx)
-            and not held.intersection(idx)
-            and not (keep_working_set and view[idx[0]].get("role") == "user")
+            and not keep.intersection(idx)
+            and not (early and view[idx[0]].get("role") == "user")
             and not any(view[i].get("role") in PROMPT_ROLES for i in idx)
         )
         units.append(Unit(idx[0], idx[-1] + 1, droppable))
@@ -155,8 +179,8 @@ def _reserve(ctx: Context) -> int:
 
 
 def _cap(ctx: Context) -> int:
-    """The marker's length in characters: about 6% of the budget, within 400..2,000."""
-    return max(400, min(2000, int(ctx.budget * 0.06 * 4)))
+    """The marker's length in characters: about 4% of the budget, within 300..2,000."""
+    return max(300, min(2000, int(ctx.budget * 0.04 * 4)))
 
 
 def _without_marker(view: list[Message], lineage: Lineage) -> list[Message]:
@@ -175,7 +199,7 @@ def _place_marker(kept: list[Message], lineage: Lineage, ctx: Context) -> list[M
     """Put the marker where the first forgotten block was, without changing the latest turn
     and without two messages of one role in a row: led into the next assistant message, else
     into the nearest earlier one, else standing alone, else after the task's own text."""
-    first = min(lineage.forgotten)
+    first = max(lineage.forgotten)
     at = next((k for k, m in enumerate(kept) if lineage.index(m) > first), len(kept))
     text = marker_text(lineage.raw, sorted(lineage.forgotten), _cap(ctx))
     iters = iterations(kept)

@@ -19,6 +19,7 @@ MAX_EVIDENCE_LINES = 40  # phase-1 keeps the last ones: the final error is neare
 EXCERPT_LINES = 8
 EXCERPT_CHARS = 600
 ARG_CHARS = 40
+USER_HEAD_CHARS = 300  # a folded user message keeps its first lines up to this length
 _NOTE = "[Truncated — 00,000 chars removed; original: /messages/0123456789abcdef]"
 _SHORTENED = re.compile(r"…\[\+[\d,]+ chars\]$")
 
@@ -63,7 +64,9 @@ def folded_user(msg: Message, *, min_chars: int) -> Message | None:
         f"[User message folded: {len(text):,} chars, {lines:,} "
         f"{'line' if lines == 1 else 'lines'}{note}; original: {original_ref(msg)}]"
     )
-    return with_content(msg, "\n".join((header, *kept)))
+    # The user's own words usually come first, before what they pasted.
+    head = text[:USER_HEAD_CHARS].rsplit("\n", 1)[0] if "\n" in text[:USER_HEAD_CHARS] else ""
+    return with_content(msg, "\n".join((header, *([head, "…"] if head else []), *kept)))
 
 
 @lru_cache(maxsize=4096)

@@ -123,7 +123,7 @@ def kept_in_latest(compiled: Message, original: Message) -> bool:
     return _marker_after(content, original.get("content"))
 
 
-ELIDED = ("[Output of tool ", "[User message elided")
+ELIDED = ("[Output of tool ", "[User message elided", "[User message folded")
 
 
 def _marker_after(content: Any, sent: Any) -> bool:

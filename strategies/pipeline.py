@@ -9,11 +9,14 @@ to what is new; a firing costs a pass over the view.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from strategies import invariants
 from strategies.base import (
+    FORGET_ANY,
+    LAST_RESORT,
     CompactionEvent,
     Context,
     Lineage,
@@ -24,6 +27,10 @@ from strategies.base import (
     memoize,
 )
 from strategies.state import ViewState
+from strategies.tiered import fold_newest
+
+# Light steps try to free these shares of the budget by folding the newest old outputs.
+LIGHT_ROOMS = (0.25, 0.4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,15 +131,45 @@ def merge(events: Sequence[CompactionEvent]) -> list[CompactionEvent]:
 def _fire(
     view: list[Message], plan: Plan, ctx: Context
 ) -> tuple[list[Message], list[CompactionEvent]]:
-    """The pipeline at increasing pressure, each level only while the view is over budget.
+    """The cheapest way down, for the model server's prefix cache: a light step that folds the
+    newest old outputs (changes near the end of the view), or the full pipeline (changes near
+    its start, but room for many turns), whichever loses fewer cached tokens per token of room
+    it makes."""
+    lineage = ctx.lineage
+    assert lineage is not None
+    forgotten = set(lineage.forgotten)
+    options = []
+    if "tiered" in plan.pipeline and ctx.usage(view) <= 1.5 * plan.budget:
+        for room in LIGHT_ROOMS:
+            goal = plan.budget - math.floor(room * plan.budget)
+            if goal > plan.target:
+                step = dataclasses.replace(ctx, target=goal, options=plan.options.get("tiered", {}))
+                options.append((*fold_newest(view, step), forgotten))
+    lineage.forgotten = set(forgotten)
+    options.append((*_deep(view, plan, ctx), set(lineage.forgotten)))
+    fitting = [o for o in options if ctx.usage(o[0]) <= plan.budget] or options[-1:]
+    best = min(fitting, key=lambda o: _cost(view, o[0], ctx, plan.budget))
+    lineage.forgotten = best[2]
+    return best[0], best[1]
 
-    Levels 0 and 1 compact down to the target; from level 2 on (the protected messages and the
-    working set themselves are too big) only down to the budget, so room is used."""
+
+def _deep(
+    view: list[Message], plan: Plan, ctx: Context
+) -> tuple[list[Message], list[CompactionEvent]]:
+    """The pipeline at increasing pressure, each level only while the view is over its goal.
+
+    Up to NO_KEEP_WINDOW the goal is the target, so a firing is a large step; from FORGET_ANY
+    on (what the next step needs is itself too big) only the budget, so room is used."""
     events: list[CompactionEvent] = []
-    for pressure in (0, 1, 2, 3):
-        if pressure and ctx.usage(view) <= plan.budget:
+    if "forget" in plan.pipeline and ctx.usage(view) > 2 * plan.budget:
+        # A long history arriving at once: forget down to the budget first, rather than fold
+        # thousands of outputs only to forget most of them.
+        step = dataclasses.replace(ctx, target=plan.budget, options=plan.options.get("forget", {}))
+        view, events = get("forget")(view, step)
+    for pressure in range(LAST_RESORT + 1):
+        target = plan.target if pressure < FORGET_ANY else plan.budget
+        if pressure and ctx.usage(view) <= target:
             break
-        target = plan.target if pressure < 2 else plan.budget
         for name in plan.pipeline:
             step = dataclasses.replace(
                 ctx, pressure=pressure, target=target, options=plan.options.get(name, {})
@@ -140,6 +177,16 @@ def _fire(
             view, fired = get(name)(view, step)
             events += fired
     return view, events
+
+
+def _cost(before: list[Message], after: list[Message], ctx: Context, budget: int) -> float:
+    """Tokens the prefix cache loses (from the first changed message on) per token of room."""
+    first = next(
+        (i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a is not b),
+        min(len(before), len(after)),
+    )
+    lost = sum(ctx.count(m) for m in before[first:])
+    return lost / max(budget - ctx.usage(after), 1)
 
 
 def _largest(

@@ -6,8 +6,9 @@ tool_call_id stay), phase 3 folds old assistant text and shortens tool-call argu
 the call names and ids; over budget it also folds old tool outputs to bare placeholders.
 
 The working set (the newest error output and the newest failing-test list) is what the next
-step most likely needs: phases 2 and 3 leave it alone until the last resort (pressure 3), and
-then take it last. Old long user messages (pasted logs) fold like tool output in phase 2.
+step most likely needs: phase 2 folds it (keeping its evidence) only once the keep window is
+gone, phase 3 makes it bare only as the last resort. Old long user messages (pasted logs) fold
+like tool output in phase 2.
 """
 
 from __future__ import annotations
@@ -15,15 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from strategies.base import (
+    ALL_PHASES,
+    LAST_RESORT,
+    NO_KEEP_WINDOW,
     Context,
     Message,
     StrategyResult,
     compact_until,
+    iterations,
     old_indexes,
     register,
     tool_names,
 )
 from strategies.forms import folded_output, folded_user, skeleton, truncated
+from strategies.traceback import last_resort_indexes
 from strategies.working_set import working_set
 
 REASONS = {
@@ -51,18 +57,34 @@ def _transform(phase: int, messages: list[Message], ctx: Context) -> Callable:
 
 
 def _candidates(phase: int, messages: list[Message], ctx: Context) -> list[int]:
-    """Oldest first; for phases 2 and 3 without the working set, or with it last."""
+    """Oldest first; the working set folds (keeping its evidence) only once the keep window
+    is gone, and goes bare only as the last resort, after everything else."""
     tools = old_indexes(messages, ctx.keep_recent(), roles=("tool",))
     if phase == 1:
         return tools
     held = [i for i in working_set(messages, ctx) if i in tools]
     tools = [i for i in tools if i not in held]
-    last = held if ctx.pressure >= 3 else []
     if phase == 2:
         users = old_indexes(messages, ctx.keep_recent(), roles=("user",))
-        return sorted(tools + users) + last
+        folded = held if ctx.pressure >= NO_KEEP_WINDOW else []
+        if ctx.pressure >= LAST_RESORT:
+            # The task and the latest user message (when not in the latest turn), then the
+            # latest turn's own outputs: placeholders with their evidence, after all else.
+            last = [i for i in last_resort_indexes(messages) if i not in tools + users + folded]
+            users += [i for i in last if i in protected_users(messages)]
+            latest = [i for i in last if messages[i].get("role") == "tool"]
+            return sorted(set(tools + users + folded)) + latest
+        return sorted(set(tools + users + folded))
     assistants = old_indexes(messages, ctx.keep_recent(), roles=("assistant",))
-    return assistants + (tools + last if ctx.pressure >= 1 else [])
+    bare = held if ctx.pressure >= LAST_RESORT else []
+    return assistants + (tools + bare if ctx.pressure >= ALL_PHASES else [])
+
+
+def protected_users(messages: list[Message]) -> set[int]:
+    """The task and the latest user message, unless they are part of the latest turn."""
+    iters = iterations(messages)
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    return {i for i in users[:1] + users[-1:] if iters[i] != iters[-1]}
 
 
 @register("tiered")
@@ -72,7 +94,7 @@ def tiered(messages: list[Message], ctx: Context) -> StrategyResult:
         if ctx.usage(messages) <= ctx.target:
             break
         reason = REASONS[phase]
-        if phase == 3 and ctx.pressure >= 1:
+        if phase == 3 and ctx.pressure >= ALL_PHASES:
             reason += "; over budget, old tool outputs folded to bare placeholders"
         messages, new = compact_until(
             messages,
@@ -85,3 +107,20 @@ def tiered(messages: list[Message], ctx: Context) -> StrategyResult:
         )
         events += new
     return messages, events
+
+
+def fold_newest(messages: list[Message], ctx: Context) -> StrategyResult:
+    """The light step: old tool outputs folded newest first (those just behind the keep
+    window), so what changes sits near the end of the view and the prefix before it stays in
+    the model server's cache. The working set is left alone."""
+    held = set(working_set(messages, ctx))
+    tools = [i for i in old_indexes(messages, ctx.keep_recent(), ("tool",)) if i not in held]
+    return compact_until(
+        messages,
+        ctx,
+        reversed(tools),
+        _transform(2, messages, ctx),
+        strategy="tiered",
+        phase=2,
+        reason="the newest old tool outputs folded to placeholders (a light step near the end)",
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from strategies.base import (
+    LAST_RESORT,
     Context,
     Message,
     StrategyResult,
@@ -64,7 +65,7 @@ def traceback(messages: list[Message], ctx: Context) -> StrategyResult:
         return elided(raw, names.get(raw.get("tool_call_id", ""), "?"), **opts)
 
     candidates = old_indexes(messages, ctx.keep_recent(), roles=("tool",))
-    if ctx.pressure >= 3:
+    if ctx.pressure >= LAST_RESORT:
         # Last resort before an overflow: the latest tool outputs, the task and the latest user
         # message too, evidence kept verbatim.
         candidates += last_resort_indexes(messages)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from proxy.store.engine import insert_ignore, insert_ignore_returning
@@ -22,6 +22,7 @@ from proxy.store.models import EntryRow, MessageRow
 from strategies.base import message_hash
 
 CHUNK = 500  # bound parameters per IN (…) query
+BULK = 64  # a new tail this long is inserted in one statement
 
 
 def link(prefix_hash: str, msg_hash: str) -> str:
@@ -91,12 +92,62 @@ def extend(
     pos, parent = longest_stored_prefix(s, session_id, chain)
     tail = range(pos + 1, len(hashes))
     store_messages(s, {hashes[i]: messages[i] for i in tail}, now)
+    if len(tail) >= BULK:
+        return _extend_in_bulk(s, session_id, hashes, chain, pos, parent, now), len(tail)
     added = 0
     for i in tail:
         parent, new = append(s, session_id, parent, i, hashes[i], chain[i], now)
         added += new
     assert parent is not None, "a history has at least one message"
     return parent, added
+
+
+def _extend_in_bulk(
+    s: Session,
+    session_id: str,
+    hashes: Sequence[str],
+    chain: Sequence[str],
+    pos: int,
+    parent: int | None,
+    now: datetime,
+) -> int:
+    """A long new tail (a first request with a long history): one INSERT for all its entries,
+    then their parents linked in one UPDATE, instead of a round trip per message."""
+    tail = range(pos + 1, len(hashes))
+    rows = [
+        {
+            "session_id": session_id,
+            "parent_id": None,
+            "position": i,
+            "message_hash": hashes[i],
+            "prefix_hash": chain[i],
+            "partial": False,
+            "created_at": now,
+        }
+        for i in tail
+    ]
+    insert_ignore(s, EntryRow, rows)
+    ids: dict[str, tuple[int, int | None]] = {}
+    for chunk in chunks(chain[pos + 1 :]):
+        found = s.execute(
+            select(EntryRow.prefix_hash, EntryRow.id, EntryRow.parent_id).where(
+                EntryRow.session_id == session_id, EntryRow.prefix_hash.in_(chunk)
+            )
+        )
+        ids.update((h, (i, p)) for h, i, p in found)
+    links = []
+    for i in tail:
+        entry, linked = ids[chain[i]]
+        up = parent if i == pos + 1 else ids[chain[i - 1]][0]
+        if linked is None and up is not None:  # rows a concurrent writer made are linked already
+            links.append({"entry": entry, "up": up})
+    if links:
+        table = EntryRow.__table__
+        s.execute(
+            update(table).where(table.c.id == bindparam("entry")).values(parent_id=bindparam("up")),
+            links,
+        )
+    return ids[chain[-1]][0]
 
 
 def append(

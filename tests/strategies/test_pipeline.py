@@ -73,11 +73,14 @@ def test_a_turn_that_does_not_fire_only_appends_to_what_was_sent():
     assert 0 < fired < len(results) / 3  # rare, large steps
 
 
-def test_a_firing_goes_down_to_the_target():
+def test_a_firing_leaves_room_for_several_turns():
+    """A light step (newest old outputs folded) frees at least a quarter of the budget; a full
+    one goes down to the target. Either way the next turns only append."""
     p = plan(40_000)
-    for r in turn_by_turn(session(60), p):
-        if any(not e.replayed for e in r.events):
-            assert r.state.view_tokens + 3 <= p.target
+    fired = [r for r in turn_by_turn(session(60), p) if any(not e.replayed for e in r.events)]
+    assert fired
+    for r in fired:
+        assert r.state.view_tokens + 3 <= 0.75 * p.budget
 
 
 def test_same_input_same_bytes_and_a_resend_keeps_its_view():
