@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench import baselines
 from bench.corpus import Trajectory, load_corpus
@@ -31,12 +32,17 @@ from proxy.tokens import TokenCounter
 from strategies.base import canonical_json
 from strategies.pipeline import request_points
 
-PIPELINES = {
-    "none": ["none"],
-    "sliding_window": ["sliding_window"],
-    "fold": ["fold"],
-    "tiered": ["tiered"],
-    "traceback+tiered": ["traceback", "tiered"],
+DEFAULT = ["traceback", "tiered", "forget"]
+# name: (pipeline, other compaction settings)
+PIPELINES: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "default": (DEFAULT, {}),
+    # Fires earlier, at the previous default's trigger: recall at about its reduction.
+    "default@0.6": (DEFAULT, {"trigger": 0.6}),
+    "none": (["none"], {}),
+    "sliding_window": (["sliding_window"], {}),
+    "fold": (["fold"], {}),
+    "tiered": (["tiered"], {}),
+    "traceback+tiered": (["traceback", "tiered"], {}),
 }
 PEERS = ["middle-out", "langchain", "litellm", "headroom"]
 ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -57,17 +63,26 @@ Method = Callable[[list[dict], int, TokenCounter], Outcome]
 # --- the methods ----------------------------------------------------------------------------
 
 
-def ctxproxy(pipeline: list[str]) -> Method:
-    settings = CompactionSettings(pipeline=pipeline, reserve_tokens=0, safety_margin=0)
+def ctxproxy(pipeline: list[str], overrides: dict[str, Any]) -> Method:
+    """ctxproxy's compiler as the route runs it: each turn from the session's stored state of
+    the previous one (kept here, as the store keeps it), a new session when the history is
+    not an extension of the last one."""
+    settings = CompactionSettings(pipeline=pipeline, reserve_tokens=0, safety_margin=0, **overrides)
+    session: dict[str, Any] = {"messages": [], "state": None}
 
     def run(messages: list[dict], budget: int, counter: TokenCounter) -> Outcome:
+        last = session["messages"]
+        prior = session["state"] if last and messages[: len(last)] == last else None
         body = json.loads(json.dumps({"messages": messages}))  # a request arrives as new objects
         start = time.perf_counter()
         try:
-            c = compile_request(body, window=budget, settings=settings, counter=counter)
+            c = compile_request(
+                body, window=budget, settings=settings, counter=counter, prior=prior
+            )
         except ContextLengthExceeded as exc:
             return Outcome(None, (time.perf_counter() - start) * 1000, error=str(exc))
         ms = (time.perf_counter() - start) * 1000
+        session["messages"], session["state"] = list(messages), c.state
         return Outcome(c.messages, ms, fresh=c.summary() != "none")
 
     return run
@@ -95,7 +110,7 @@ def via_worker(worker: baselines.Worker) -> Method:
 
 def methods(peers: list[str], install: bool) -> tuple[dict[str, Method], dict[str, str], list]:
     """Methods by name, notes per peer (version or why it is missing), workers to close."""
-    out: dict[str, Method] = {name: ctxproxy(p) for name, p in PIPELINES.items()}
+    out: dict[str, Method] = {name: ctxproxy(*p) for name, p in PIPELINES.items()}
     notes: dict[str, str] = {}
     workers = []
     for peer in peers:
@@ -301,7 +316,7 @@ def table(rows: list[dict], notes: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def verdict(rows: list[dict], ours: str = "traceback+tiered") -> list[str]:
+def verdict(rows: list[dict], ours: str = "default") -> list[str]:
     """The issue's goals, checked on the default pipeline, one line each."""
     mine = [r for r in rows if r["method"] == ours]
     out = []

@@ -32,6 +32,8 @@ from strategies.forms import folded_output, folded_user, skeleton, truncated
 from strategies.traceback import last_resort_indexes
 from strategies.working_set import working_set
 
+LIGHT_MIN_TOKENS = 256  # the light step leaves shorter outputs as they are
+
 REASONS = {
     1: "old tool outputs truncated to head and evidence",
     2: "old tool outputs folded to placeholders that keep their key evidence lines",
@@ -112,9 +114,14 @@ def tiered(messages: list[Message], ctx: Context) -> StrategyResult:
 def fold_newest(messages: list[Message], ctx: Context) -> StrategyResult:
     """The light step: old tool outputs folded newest first (those just behind the keep
     window), so what changes sits near the end of the view and the prefix before it stays in
-    the model server's cache. The working set is left alone."""
+    the model server's cache. The working set is left alone, and so are short outputs (a
+    config file, a one-line answer): little room to gain, and often the exact value needed."""
     held = set(working_set(messages, ctx))
-    tools = [i for i in old_indexes(messages, ctx.keep_recent(), ("tool",)) if i not in held]
+    tools = [
+        i
+        for i in old_indexes(messages, ctx.keep_recent(), ("tool",))
+        if i not in held and ctx.count(messages[i]) >= LIGHT_MIN_TOKENS
+    ]
     return compact_until(
         messages,
         ctx,

@@ -13,6 +13,7 @@ from proxy.errors import ContextLengthExceeded
 from proxy.settings import CompactionSettings
 from proxy.tokens import TokenCounter
 from strategies.base import PROMPT_ROLES, canonical_json
+from strategies.forms import folded_output, folded_user
 from strategies.invariants import final_turn, kept_in_latest, pairing_problems
 from strategies.pipeline import request_points
 from strategies.traceback import elided
@@ -112,8 +113,13 @@ def most_compact(msgs: list[dict]) -> int:
     keep |= set(users[:1] + users[-1:]) | set(range(len(msgs) - last, len(msgs)))
     total = 0
     for i in sorted(keep):
-        small = elided(msgs[i], "run", min_chars=0, head=10, tail=10)
-        total += COUNTER.count_message(small or msgs[i])
+        forms = [
+            msgs[i],
+            elided(msgs[i], "run", min_chars=0, head=10, tail=10),
+            folded_output(msgs[i], "run", keep_evidence=True),
+            folded_user(msgs[i], min_chars=0),
+        ]
+        total += min(COUNTER.count_message(f) for f in forms if f is not None)
     return total
 
 
@@ -145,7 +151,7 @@ def test_any_session_compiles_turn_by_turn_to_valid_requests_within_budget(
             )
         except ContextLengthExceeded as exc:
             assert exc.needed > exc.budget and body == frozen
-            if "traceback" in pipeline and pipeline[-1] in ("forget", "sliding_window"):
+            if pipeline == ["traceback", "tiered", "forget"]:  # the default
                 # Never refused while the prompts, task and latest turn fit in their most
                 # compact form (the marker needs a little room too).
                 assert most_compact(sent) + 3 > exc.budget - 200, (most_compact(sent), exc)
