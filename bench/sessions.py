@@ -52,22 +52,24 @@ BIG = 1200  # tokens: an output this long is kept in the session only now and th
 # --- the session ----------------------------------------------------------------------------
 
 
-def build_session(turns: int, seed: int = 1) -> list[dict]:
+def build_session(
+    turns: int, seed: int = 1, variants: int = 4, kinds: list[str] | None = None
+) -> list[dict]:
     """system + task + more than `turns` requests' worth of real steps; the last steps are a
     pytest run and a Python crash, so the newest evidence is of both kinds at any length."""
     from bench.corpus.build import load_corpus
     from strategies.pipeline import request_points
 
     rnd = random.Random(seed)
-    corpus = load_corpus(variants=4, bfcl=0)
+    corpus = load_corpus(variants=variants, bfcl=0, kinds=kinds)
     rnd.shuffle(corpus)
     ending = [next(t for t in corpus if t.kind == k) for k in ("pytest", "python")]
     tail = [step for t in ending for step in _steps(t.messages)]
     body = [step for t in corpus if t not in ending for step in _steps(t.messages)]
     # Mostly commands and short reads, a long file now and then: ~760 tokens a turn on
     # average, as in the sessions the issue measured.
-    body = [step for step in body if _size(step) <= BIG or rnd.random() < 0.15]
-    log = next(out for _, outs in body for out in outs if "FAILED" in out["content"])
+    body = [step for step in body if _size(step) <= BIG or rnd.random() < 0.15] or tail
+    log = next(out for _, outs in body + tail for out in outs if "FAILED" in out["content"])
     msgs: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
     i, n = 0, 0
     while len(request_points(msgs)) <= turns - len(tail):
@@ -402,7 +404,7 @@ def previous_code(wd: Path) -> Path | None:
     return dest
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     from tqdm import tqdm
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -411,10 +413,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
     ap.add_argument("--quick", action="store_true", help="40 turns, 4k and 8k, default only")
     ap.add_argument("--llama", action="store_true", help="also the 40-turn real llama.cpp run")
+    ap.add_argument("--variants", type=int, default=4, help="runs per coding scenario")
+    ap.add_argument("--kinds", default="", help="comma list of coding scenarios (all)")
+    ap.add_argument("--out", type=Path, default=c.RESULTS)
     args = ap.parse_args(argv)
     if args.quick:
         args.turns, args.windows, args.configs = 40, [4096, 8192], ["default"]
-    session = build_session(args.turns)
+    kinds = [k for k in args.kinds.split(",") if k] or None
+    session = build_session(args.turns, variants=args.variants, kinds=kinds)
     last = request_turns(session, args.turns)[-1]
     ev = evidence(session[:last])
     print(f"session: {args.turns} turns, {last} messages at the last; evidence: {ev}")
@@ -441,7 +447,8 @@ def main(argv: list[str] | None = None) -> None:
             f"prompt tokens from its prefix cache {llama['cached_share']:.2f}, "
             f"largest prompt {llama['max_prompt']}"
         )
-    print(f"\nwrote {c.write_json('sessions', data)}")
+    print(f"\nwrote {c.write_json('sessions', data, args.out)}")
+    return data
 
 
 def report(results: list[Run], turns: int) -> None:

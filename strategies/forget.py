@@ -175,7 +175,7 @@ def _clash(a: Message, b: Message) -> bool:
 
 def _reserve(ctx: Context) -> int:
     """Tokens kept free for the marker while choosing what to drop."""
-    return _cap(ctx) // 3 + 8
+    return _cap(ctx) // 4 + 16
 
 
 def _cap(ctx: Context) -> int:

@@ -42,3 +42,24 @@ def test_scaling_runs_on_a_short_session(tmp_path: Path) -> None:
     assert all(p["db_bytes"] > 0 and p["handling_ms"] > 0 for p in data["points"])
     assert len(data["e2e"]["per_turn"]) == len(data["per_turn"])
     assert (tmp_path / "scaling-quick.png").stat().st_size > 0
+
+
+def test_long_sessions_run_through_a_real_proxy(tmp_path: Path) -> None:
+    out = run(
+        "bench.sessions",
+        "--turns=16",
+        "--windows",
+        "4096",
+        "--configs",
+        "default",
+        "sliding_window",
+        "--variants=1",
+        "--kinds=pytest,python",
+        f"--out={tmp_path}",
+    )
+    assert "prefix reuse" in out
+    runs = json.loads((tmp_path / "sessions.json").read_text())["runs"]
+    assert {r["config"] for r in runs} == {"default", "sliding_window"}
+    default = next(r for r in runs if r["config"] == "default")
+    assert default["turns"] == 16 and default["refused"] == 0 and default["over"] == 0
+    assert 0 < default["reuse"] <= 1 and all(default["kept"].values())

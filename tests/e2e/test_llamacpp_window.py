@@ -90,12 +90,9 @@ def test_exact_mode_predicts_the_prompt_tokens(
 
 
 def test_long_agent_session_fits_every_turn(llama: LlamaServer, start_proxy, settings_for) -> None:
-    # sliding_window last: a session this long outgrows even the tool-call skeletons, and
-    # dropping whole old iterations is what gives real headroom (and prefix reuse) after a pass.
-    # A target well below the trigger leaves room for several turns between passes, so most
-    # turns only append and the server reuses its cached prefix.
-    pipeline = {"pipeline": ["traceback", "tiered", "sliding_window"], "target": 0.3}
-    proxy = proxy_for(llama, start_proxy, settings_for, compaction=pipeline)
+    # The shipped configuration: it fires rarely and in large steps, so most turns only append
+    # and the server reuses its cached prefix.
+    proxy = proxy_for(llama, start_proxy, settings_for)
     client = openai.OpenAI(
         base_url=proxy.url + "/v1",
         api_key="x",
@@ -152,4 +149,4 @@ def test_long_agent_session_fits_every_turn(llama: LlamaServer, start_proxy, set
     print(f"passes fired at turns {fired}; prompt tokens from the server's cache: {reused:.0%}")
     # Hysteresis: a pass every few turns, not every turn, so the cached prefix survives.
     assert 1 <= len(fired) <= 12
-    assert reused > 0.5
+    assert reused >= 0.65

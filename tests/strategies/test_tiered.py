@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from strategies.base import message_hash
+from strategies.base import ALL_PHASES, LAST_RESORT, NO_KEEP_WINDOW, message_hash
 from strategies.forms import (
     EXCERPT_CHARS,
     EXCERPT_LINES,
@@ -188,9 +188,14 @@ def test_newest_error_output_yields_last_at_the_last_resort():
     history = agent_history([log_lines(300)] * 3 + [BIG] + [log_lines(300)] * 3)
     newest_error = 2 + 2 * 3 + 1
     tight = usage(history[-2:]) + 400
-    calm, _ = tiered(history, ctx(history, budget=tight, pressure=2))
+    calm, _ = tiered(history, ctx(history, budget=tight, pressure=ALL_PHASES))
     assert " folded: " not in calm[newest_error]["content"]
-    last, _ = tiered(history, ctx(history, budget=tight, pressure=3))
-    header, *kept = last[newest_error]["content"].split("\n")
-    assert " folded: " in header
+    # Once the keep window is gone it folds, keeping its evidence lines...
+    folded, _ = tiered(history, ctx(history, budget=tight, pressure=NO_KEEP_WINDOW))
+    header, *kept = folded[newest_error]["content"].split("\n")
+    assert " folded: " in header and "evidence lines kept" in header
+    assert "ValueError: bad input 'x'" in kept
+    # ... and goes bare only as the last resort.
+    last, _ = tiered(history, ctx(history, budget=tight, pressure=LAST_RESORT))
+    assert " folded: " in last[newest_error]["content"]
     assert pairing_problems(last) == pairing_problems(history)
