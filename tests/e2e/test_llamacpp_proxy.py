@@ -57,8 +57,8 @@ def test_streaming_same_text_as_direct(llama: LlamaServer, via_proxy: ServerThre
 
 
 def test_overflow_from_llama_is_context_length_exceeded(via_proxy: ServerThread) -> None:
-    # One user message far past the window: nothing can be compacted, the client gets one 400.
-    huge = [{"role": "user", "content": "word " * 6000}]
+    # A system prompt far past the window: never compacted, so the client gets one 400.
+    huge = [{"role": "system", "content": "word " * 6000}, {"role": "user", "content": "hi"}]
     r = httpx.post(
         via_proxy.url + "/v1/chat/completions",
         timeout=60,
