@@ -1,4 +1,4 @@
-"""The `ctxproxy` command: serve, migrate, sessions."""
+"""The `ctxproxy` command: serve, migrate, sessions, --version."""
 
 from __future__ import annotations
 
@@ -15,39 +15,99 @@ if TYPE_CHECKING:
     from proxy.store import ExchangeSummary, SessionDetail, SessionPage
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxproxy", description=__doc__)
-    parser.add_argument(
-        "--config",
-        help="config file (default: $CTXPROXY_CONFIG, ./config.yaml, or the embedded defaults)",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the proxy")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument(
-        "--workers", type=int, default=1, help="worker processes sharing the port (default 1)"
-    )
-    sub.add_parser("migrate", help="upgrade the configured database to the newest schema")
-    sessions = sub.add_parser("sessions", help="list sessions, or show one session's turns")
-    sessions.add_argument("session_id", nargs="?", help="show this session's turns")
-    sessions.add_argument("--limit", type=int, default=50, help="sessions to list (default 50)")
-    for command in (serve, sub.choices["migrate"], sessions):
-        command.add_argument("--config", dest="sub_config", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+CONFIG_HELP = (
+    "the configuration file (default: $CTXPROXY_CONFIG, else ./config.yaml if there is one, "
+    "else the built-in defaults: listen on 127.0.0.1:8080, database ./ctxproxy.db, "
+    "upstream llama.cpp at http://127.0.0.1:8081/v1)"
+)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
     try:
-        settings = load_settings(getattr(args, "sub_config", None) or args.config)
+        return installed("ctxproxy")
+    except PackageNotFoundError:  # run from a source tree without installing
+        from proxy import __version__
+
+        return __version__
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="ctxproxy",
+        description="An OpenAI-compatible proxy that stores an agent's chat history and "
+        "compacts it to fit the model's context window.",
+        epilog="Run `ctxproxy COMMAND --help` for a command's options.",
+    )
+    root.add_argument("--version", action="version", version=f"ctxproxy {version()}")
+    root.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
+    sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=summary, description=description)
+        # Accepted after the command too (`ctxproxy serve --config x.yaml`), as the README has it.
+        p.add_argument("--config", metavar="PATH", dest="sub_config", help=CONFIG_HELP)
+        return p
+
+    serve = command(
+        "serve",
+        "run the proxy",
+        "Run the proxy: check the port, bring the database up to date, say where it listens, "
+        "where the database is and whether each upstream answers, then serve until Ctrl+C.",
+    )
+    serve.add_argument(
+        "--host", help="address to listen on (default: listen.host in the config, 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, help="port to listen on (default: listen.port in the config, 8080)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes sharing the port and the database (default: 1)",
+    )
+    command(
+        "migrate",
+        "upgrade the database to the newest schema",
+        "Create the configured database or upgrade it to the newest schema (serve does this "
+        "at start too), then say where it is.",
+    )
+    sessions = command(
+        "sessions",
+        "list sessions, or show one session's turns",
+        "Without SESSION_ID: the most recently active sessions with their turns, failures and "
+        "tokens saved. With it: that session's requests, one line each.",
+    )
+    sessions.add_argument("session_id", nargs="?", metavar="SESSION_ID", help="show this session")
+    sessions.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="sessions to list (default: 50)"
+    )
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    config = getattr(args, "sub_config", None) or args.config
+    try:
+        settings = load_settings(config)
     except ConfigError as exc:
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        config = getattr(args, "sub_config", None) or args.config
         return serve_forever(settings, args.host, args.port, args.workers, config)
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "sessions":
         return show_sessions(settings, args.session_id, args.limit)
     return 0
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def serve_forever(
@@ -57,10 +117,7 @@ def serve_forever(
     workers: int = 1,
     config: str | None = None,
 ) -> int:
-    import uvicorn
-
-    from proxy.app import create_app
-    from proxy.observe import configure_logging
+    from proxy import startup
 
     if workers < 1:
         print("ctxproxy: --workers must be 1 or more", file=sys.stderr)
@@ -72,12 +129,29 @@ def serve_forever(
             file=sys.stderr,
         )
         return 2
+    host = host or settings.listen.host
+    port = settings.listen.port if port is None else port
+    try:  # before the database is touched: a second `serve` must leave no trace
+        startup.check_port(host, port)
+    except startup.PortUnavailable as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
+
+    import uvicorn
+
+    from proxy.app import create_app
+    from proxy.observe import configure_logging
+
     configure_logging(settings.log_level)
+    say(f"ctxproxy {version()} starting")
     # Before any worker starts, so workers never race each other to migrate.
-    _upgrade(settings)  # an empty or outdated database is brought up to date at start
+    say("  database   " + _upgrade(settings))
+    for report in startup.probe_all(settings):
+        say("  " + report.line())
+    say("  " + startup.listening_line(host, port, workers))
     options: dict[str, Any] = {
-        "host": host or settings.listen.host,
-        "port": settings.listen.port if port is None else port,
+        "host": host,
+        "port": port,
         "log_level": settings.log_level,
         "timeout_graceful_shutdown": 30,
     }
@@ -97,19 +171,30 @@ def _in_memory_sqlite(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
 
 
-def _upgrade(settings: Settings) -> None:
+def _upgrade(settings: Settings) -> str:
+    """Create or upgrade the database; say which it did and where it is."""
     from proxy.store import Store
 
     store = Store(settings.database_url)
     try:
-        store.upgrade()
+        if _in_memory_sqlite(settings.database_url):
+            store.upgrade()
+            return "in memory (SQLite; gone when the process ends)"
+        db_file = store.sqlite_path()
+        where = f"{db_file.resolve()}" if db_file else _safe_url(settings.database_url)
+        if db_file is not None and not db_file.exists():
+            store.upgrade()
+            return f"{where} (created)"
+        if store.needs_upgrade():
+            store.upgrade()
+            return f"{where} (upgraded to the newest schema)"
+        return f"{where} (up to date)"
     finally:
         store.close()
 
 
 def migrate(settings: Settings) -> int:
-    _upgrade(settings)
-    print(f"ctxproxy: database is up to date ({_safe_url(settings.database_url)})")
+    print(f"ctxproxy: database {_upgrade(settings)}")
     return 0
 
 
