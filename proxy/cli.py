@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from proxy.store import ExchangeSummary, SessionDetail, SessionPage
 
 
+TITLE_COLUMN = 40
 CONFIG_HELP = (
     "the configuration file (default: $CTXPROXY_CONFIG, else ./config.yaml if there is one, "
     "else the built-in defaults: listen on 127.0.0.1:8080, database ./ctxproxy.db, "
@@ -238,34 +239,58 @@ def sessions_table(page: SessionPage) -> str:
             s.source,
             s.model or "",
             str(s.turns),
+            str(s.totals.retries),
+            str(s.totals.errors),
             _arrow(s.totals.tokens_original, s.totals.tokens_compiled),
             _percent(s.totals.tokens_saved, s.totals.tokens_original),
             _time(s.updated_at),
+            _clip(s.title or "", TITLE_COLUMN),
         ]
         for s in page.data
     ]
     table = _table(
-        ["SESSION", "SOURCE", "MODEL", "TURNS", "TOKENS BEFORE → AFTER", "SAVED", "UPDATED"],
+        [
+            "SESSION",
+            "SOURCE",
+            "MODEL",
+            "TURNS",
+            "RETRIES",
+            "FAILED",
+            "TOKENS BEFORE → AFTER",
+            "SAVED",
+            "UPDATED",
+            "FIRST MESSAGE",
+        ],
         rows,
-        right={3, 4, 5},
+        right={3, 4, 5, 6, 7},
     )
     shown = f"{page.offset + 1}–{page.offset + len(page.data)} of {page.total} sessions"
-    return f"{table}\n{shown}"
+    note = "turns: histories sent; retries resend one; tokens: requests that did not fail"
+    return f"{table}\n{shown} · {note}"
 
 
 def turns_table(detail: SessionDetail, exchanges: Sequence[ExchangeSummary]) -> str:
     s = detail.session
     head = (
-        f"session {s.id} ({s.source}) · {s.turns} turns · {detail.history_length} messages"
+        f"session {s.id} ({s.source}) · {s.turns} turns · {s.totals.exchanges} requests"
+        f" ({s.totals.retries} retries, {s.totals.errors} failed)"
+        f" · {detail.history_length} messages"
         f" · {detail.branch_count} branch{'es' if detail.branch_count != 1 else ''}"
         f" · saved {_percent(s.totals.tokens_saved, s.totals.tokens_original)}"
     )
+    if s.title:
+        head += f"\nfirst message: {s.title}"
     rows = []
     for x in exchanges:
         status = "pending" if x.pending else str(x.status) + (" partial" if x.partial else "")
+        if x.error_code == "context_length_exceeded":
+            status += " refused"
+        if x.retry_of is not None:
+            status += f" (retry of {x.retry_of})"
         rows.append(
             [
                 str(x.seq),
+                str(x.turn),
                 _time(x.created_at),
                 x.model,
                 status,
@@ -274,7 +299,9 @@ def turns_table(detail: SessionDetail, exchanges: Sequence[ExchangeSummary]) -> 
             ]
         )
     table = _table(
-        ["SEQ", "TIME", "MODEL", "STATUS", "TOKENS BEFORE → AFTER", "PHASES"], rows, right={0, 4}
+        ["REQUEST", "TURN", "TIME", "MODEL", "STATUS", "TOKENS BEFORE → AFTER", "PHASES"],
+        rows,
+        right={0, 1, 5},
     )
     return f"{head}\n{table}"
 
@@ -289,6 +316,10 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
         ).rstrip()
 
     return "\n".join(line(r) for r in [header, *rows])
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _arrow(before: int, after: int) -> str:

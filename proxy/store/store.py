@@ -22,6 +22,7 @@ from proxy.store.models import (
 )
 from proxy.store.views import (
     ExchangeDetail,
+    ExchangePage,
     ExchangeSummary,
     History,
     RequestRef,
@@ -258,6 +259,11 @@ class Store:
         self, session_id: str, limit: int = 1000, offset: int = 0
     ) -> list[ExchangeSummary] | None:
         return self._read(lambda s: reads.list_exchanges(s, session_id, limit, offset))
+
+    def page_exchanges(
+        self, session_id: str, limit: int = 1000, offset: int = 0
+    ) -> ExchangePage | None:
+        return self._read(lambda s: reads.page_exchanges(s, session_id, limit, offset))
 
     def get_exchange(self, session_id: str, seq: int) -> ExchangeDetail | None:
         return self._read(lambda s: reads.get_exchange(s, session_id, seq))

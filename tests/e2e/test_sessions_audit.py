@@ -54,7 +54,7 @@ def test_agent_loop_audit_matches_what_upstream_received(
             messages.append({"role": "tool", "tool_call_id": call.id, "content": noisy_log(turn)})
 
     audit = httpx.Client(base_url=proxy.url, timeout=10)
-    exchanges = audit.get("/sessions/agent-1/exchanges").json()
+    exchanges = audit.get("/sessions/agent-1/exchanges").json()["data"]
     assert isinstance(exchanges, list), exchanges
     assert len(exchanges["exchanges"] if isinstance(exchanges, dict) else exchanges) == 20
     fired = 0

@@ -130,7 +130,7 @@ def test_browser_walks_from_sessions_to_the_folded_original(
     proxy: ServerThread = start_proxy(small_window(settings_for, upstream_url))
     with httpx.Client(base_url=proxy.url, timeout=30) as http:
         sent = agent_loop(http.post, "ui-agent", turns=6)
-        exchanges = http.get("/sessions/ui-agent/exchanges").json()
+        exchanges = http.get("/sessions/ui-agent/exchanges").json()["data"]
     fired = next(x for x in exchanges if x["phases"])
 
     # The sessions list: the session, its turns, a link to it.
