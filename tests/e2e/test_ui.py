@@ -21,6 +21,7 @@ from proxy.settings import Settings
 from proxy.store import Store
 from proxy.ui.compare import align, diff
 from strategies.base import message_hash
+from tests.conftest import BROWSER_MISSING
 from tests.e2e.test_sessions_audit import noisy_log
 from tests.servers import ServerThread
 
@@ -74,10 +75,7 @@ def _browser_paths() -> tuple[str, str] | None:
 def browser(tmp_path: Path) -> Iterator[Any]:
     paths = _browser_paths()
     if paths is None:
-        pytest.skip(
-            "no Chromium and chromedriver here: install Debian's `chromium chromium-driver` "
-            "(.ci/run does) to run the browser tests"
-        )
+        pytest.skip(f"{BROWSER_MISSING}: install Debian's `chromium chromium-driver`")
     webdriver = pytest.importorskip(
         "selenium.webdriver", reason="selenium is not installed (pip install '.[test]')"
     )
