@@ -145,8 +145,11 @@ def serve_forever(
 
     configure_logging(settings.log_level)
     say(f"ctxproxy {version()} starting")
-    # Before any worker starts, so workers never race each other to migrate.
-    say("  database   " + _upgrade(settings))
+    try:  # before any worker starts, so workers never race each other to migrate
+        say("  database   " + _upgrade(settings))
+    except DatabaseUnavailable as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
     for report in startup.probe_all(settings):
         say("  " + report.line())
     say("  " + startup.listening_line(host, port, workers))
@@ -172,8 +175,24 @@ def _in_memory_sqlite(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
 
 
+class DatabaseUnavailable(Exception):
+    """The configured database cannot be opened or created; the message says where and why."""
+
+
 def _upgrade(settings: Settings) -> str:
     """Create or upgrade the database; say which it did and where it is."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        return _create_or_upgrade(settings)
+    except OperationalError as exc:
+        where = _safe_url(settings.database_url)
+        raise DatabaseUnavailable(
+            f"cannot open the database {where}: {exc.orig}; check database_url"
+        ) from None
+
+
+def _create_or_upgrade(settings: Settings) -> str:
     from proxy.store import Store
 
     store = Store(settings.database_url)
@@ -183,6 +202,11 @@ def _upgrade(settings: Settings) -> str:
             return "in memory (SQLite; gone when the process ends)"
         db_file = store.sqlite_path()
         where = f"{db_file.resolve()}" if db_file else _safe_url(settings.database_url)
+        if db_file is not None and not db_file.parent.is_dir():
+            raise DatabaseUnavailable(
+                f"the database's folder {db_file.parent.resolve()} does not exist; create it, "
+                "or change database_url"
+            )
         if db_file is not None and not db_file.exists():
             store.upgrade()
             return f"{where} (created)"
@@ -195,7 +219,11 @@ def _upgrade(settings: Settings) -> str:
 
 
 def migrate(settings: Settings) -> int:
-    print(f"ctxproxy: database {_upgrade(settings)}")
+    try:
+        print(f"ctxproxy: database {_upgrade(settings)}")
+    except DatabaseUnavailable as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

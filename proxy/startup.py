@@ -114,10 +114,14 @@ def probe_all(settings: Settings) -> list[UpstreamReport]:
 def listening_line(host: str, port: int, workers: int) -> str:
     if port == 0:
         return f"listening  on {host}, a free port the system picks (uvicorn names it below)"
+    procs = f" · {workers} worker processes" if workers > 1 else ""
+    where = ""
+    if host in ("0.0.0.0", "::"):  # every interface: name the one a browser here can open
+        where, host = f"on every interface, port {port}{procs}; from this machine ", "127.0.0.1"
+        procs = ""
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
-    procs = f" · {workers} worker processes" if workers > 1 else ""
     return (
-        f"listening  {base}{procs}: OpenAI API at {base}/v1, session viewer at {base}/ui/, "
-        f"health at /healthz and /readyz"
+        f"listening  {where}{base}{procs}: OpenAI API at {base}/v1, session viewer at "
+        f"{base}/ui/, health at /healthz and /readyz"
     )

@@ -154,3 +154,16 @@ def test_port_in_use_fails_before_the_database_is_touched(
     err = capsys.readouterr().err
     assert f"port {port} on 127.0.0.1 is already in use" in err and "--port" in err
     assert not (tmp_path / "never.db").exists()
+
+
+def test_a_database_that_cannot_be_opened_is_one_plain_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"database_url: sqlite:///{tmp_path / 'missing' / 'x.db'}\n")
+    assert cli.main(["serve", "--config", str(cfg), "--port", str(free_port())]) == 1
+    err = capsys.readouterr().err
+    assert f"the database's folder {tmp_path / 'missing'} does not exist" in err
+    assert "Traceback" not in err
+    assert cli.main(["migrate", "--config", str(cfg)]) == 1
+    assert "does not exist" in capsys.readouterr().err
