@@ -40,6 +40,7 @@ def aware(t: datetime) -> datetime:
 
 
 TITLE_CHARS = 80
+TITLE_WITHIN = 16  # the first user message is looked for among the first positions only
 
 
 def _totals_columns() -> list[Any]:
@@ -92,7 +93,7 @@ def _titles(s: Session, ids: list[str]) -> dict[str, str]:
     first = (
         select(e.session_id, func.min(e.position).label("position"))
         .join(m, m.hash == e.message_hash)
-        .where(e.session_id.in_(ids), m.role == "user")
+        .where(e.session_id.in_(ids), e.position < TITLE_WITHIN, m.role == "user")
         .group_by(e.session_id)
         .subquery()
     )
