@@ -300,8 +300,9 @@ def sessions_table(page: SessionPage) -> str:
 def turns_table(detail: SessionDetail, exchanges: Sequence[ExchangeSummary]) -> str:
     s = detail.session
     head = (
-        f"session {s.id} ({s.source}) · {s.turns} turns · {s.totals.exchanges} requests"
-        f" ({s.totals.retries} retries, {s.totals.errors} failed)"
+        f"session {s.id} ({s.source}) · {_count(s.turns, 'turn')}"
+        f" · {_count(s.totals.exchanges, 'request')}"
+        f" ({_count(s.totals.retries, 'retry', 'retries')}, {s.totals.errors} failed)"
         f" · {detail.history_length} messages"
         f" · {detail.branch_count} branch{'es' if detail.branch_count != 1 else ''}"
         f" · saved {_percent(s.totals.tokens_saved, s.totals.tokens_original)}"
@@ -344,6 +345,10 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
         ).rstrip()
 
     return "\n".join(line(r) for r in [header, *rows])
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def _clip(text: str, width: int) -> str:

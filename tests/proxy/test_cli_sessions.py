@@ -157,7 +157,7 @@ def test_sessions_shows_retries_and_refusals_apart(
     assert row[3:7] == ["1", "2", "3", "0"]  # 1 turn, 2 retries, 3 failed, no tokens counted
     assert run(config, "sessions", "retried") == 0
     out = capsys.readouterr().out.splitlines()
-    assert "1 turns · 3 requests (2 retries, 3 failed)" in out[0]
+    assert "1 turn · 3 requests (2 retries, 3 failed)" in out[0]
     assert [line.split()[4:] for line in out[3:]] == [
         ["qwen", "502", "5,000", "→", "4,500", "-"],
         ["qwen", "400", "refused", "(retry", "of", "1)", "5,000", "→", "4,500", "-"],
