@@ -9,11 +9,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-HIDE_BROWSER = '''
+HIDE_BROWSER = """
 def pytest_collection_modifyitems(items):
     for item in items:  # as on a machine without chromium and chromedriver
         item.module._browser_paths = lambda: None
-'''
+"""
 
 
 def test_skipped_browser_tests_are_counted_and_explained(tmp_path: Path) -> None:
@@ -32,4 +32,3 @@ def test_skipped_browser_tests_are_counted_and_explained(tmp_path: Path) -> None
     assert "3 skipped" in out.stdout.splitlines()[-1]
     assert "3 browser tests of the session viewer SKIPPED" in out.stdout
     assert "sudo apt-get install chromium chromium-driver" in out.stdout
-
