@@ -221,7 +221,9 @@ class Turn:
         if refused is not None:  # nothing is sent; keep what it needed against which budget
             counter = self.services.counter.corrected(self.factor)
             settings = self.services.settings.compaction
-            whole = compile_request(body, window=None, settings=settings, counter=counter)
+            whole = await run_in_threadpool(
+                compile_request, body, window=None, settings=settings, counter=counter
+            )
             compiled = Compiled(
                 [], whole.tokens_original, refused.needed, refused.budget, refused.window
             )
