@@ -225,11 +225,16 @@ def test_a_refused_request_keeps_its_figures_and_an_sdk_retry_is_not_a_turn(
             upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 4000}]
         )
     )
-    huge = [{"role": "user", "content": "make check\n" * 3000}]
+    # A tool schema bigger than the window: no compaction of the messages can make it fit.
+    tool = {"name": "read_log", "description": "make check " * 3000, "parameters": {}}
     r = httpx.post(
         proxy.url + "/v1/chat/completions",
         headers={"X-Session-Id": "refused"},
-        json={"model": "echo", "messages": huge},
+        json={
+            "model": "echo",
+            "messages": [{"role": "user", "content": "Read the log"}],
+            "tools": [{"type": "function", "function": tool}],
+        },
         timeout=30,
     )
     assert r.status_code == 400 and not script.received  # nothing went upstream
@@ -240,7 +245,8 @@ def test_a_refused_request_keeps_its_figures_and_an_sdk_retry_is_not_a_turn(
     # The figures the client was told are the ones kept: needed, budget, window.
     assert f"needs {e['tokens_compiled']} tokens" in err["message"]
     assert f"budget for the prompt is {e['budget']} tokens" in err["message"]
-    assert e["window"] == 4000 and e["tokens_original"] >= e["tokens_compiled"] > e["budget"]
+    assert e["window"] == 4000 and e["tokens_compiled"] > e["budget"] > 0
+    assert e["tokens_original"] > 4000  # as the client sent it, tools included
     assert x["compiled_request"]["messages"] == []
 
     # The SDK retries a 503 twice: one turn, three requests.
