@@ -442,17 +442,8 @@ def test_browser_long_session_chart_stays_readable(
     screenshot(browser, artifacts, "7-other-session")
 
 
-# One tool whose schema alone is bigger than an 8,000-token window: no compaction can help.
-HUGE_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_log",
-            "description": "Reads the build log. " + "gcc -O2 -Wall main.c util.c " * 1500,
-            "parameters": {"type": "object", "properties": {}},
-        },
-    }
-]
+# A system prompt bigger than an 8,000-token window: compaction keeps it whole, so no view fits.
+HUGE_SYSTEM = {"role": "system", "content": "Never run gcc -O2 -Wall main.c util.c. " * 1200}
 
 
 def test_browser_shows_refusals_retries_and_failures_apart(
@@ -471,9 +462,10 @@ def test_browser_shows_refusals_retries_and_failures_apart(
     history: list[dict[str, Any]] = [{"role": "user", "content": "Read the build log."}]
     answer = sdk.chat.completions.create(model="echo", messages=history)  # 1: answered
     history.append({"role": "assistant", "content": answer.choices[0].message.content})
-    history.append({"role": "user", "content": "Here it is, with the tools to read it."})
-    with pytest.raises(openai.BadRequestError):  # 2: refused, its tools alone overflow
-        sdk.chat.completions.create(model="echo", messages=history, tools=HUGE_TOOLS)
+    history.append({"role": "user", "content": "Here are the rules for reading it."})
+    # 2: refused: a system prompt (kept whole, always) bigger than the window.
+    with pytest.raises(openai.BadRequestError):
+        sdk.chat.completions.create(model="echo", messages=[HUGE_SYSTEM, *history])
     history[-1] = {"role": "user", "content": "Just the summary, then."}
     with pytest.raises(openai.InternalServerError):  # 3, 4, 5: a 503 the SDK retries twice
         sdk.chat.completions.create(model="fail-503", messages=history)
@@ -511,13 +503,13 @@ def test_browser_shows_refusals_retries_and_failures_apart(
     browser.get(proxy.url + "/ui/sessions/trouble/exchanges/2")
     alert = browser.find_element(By.CSS_SELECTOR, "section.refused")
     detail = httpx.get(proxy.url + "/sessions/trouble/exchanges/2").json()["exchange"]
-    assert detail["tokens_compiled"] > detail["budget"] > 0 and detail["tokens_original"] > 8000
+    assert detail["tokens_original"] >= detail["tokens_compiled"] > 8000 > detail["budget"] > 0
     assert "Refused: too big for the model's window" in alert.text
     assert "Nothing was sent upstream" in alert.text
     assert f"needs {detail['tokens_compiled']:,} tokens" in " ".join(alert.text.split())
     assert f"budget for the prompt is {detail['budget']:,}" in alert.text
     biggest = alert.find_element(By.CSS_SELECTOR, "table.largest tbody tr")
-    assert biggest.text.startswith("tool schemas (1)") and "dropped" not in browser.page_source
+    assert biggest.text.startswith("#0 system") and "dropped" not in browser.page_source
     assert {
         r.get_attribute("data-status") for r in browser.find_elements(By.CSS_SELECTOR, ".msg-row")
     } == {"unsent"}
