@@ -139,7 +139,7 @@ def check_records(url: str, tally: Tally) -> tuple[int, int]:
     with httpx.Client(base_url=url, timeout=30) as audit:
         for sid, sent in tally.sent.items():
             r = audit.get(f"/sessions/{sid}/exchanges")
-            rows = r.json() if r.status_code == 200 else []
+            rows = r.json()["data"] if r.status_code == 200 else []
             done = [x for x in rows if x["status"] == 200 and not x["partial"]]
             stored += len(rows)
             lost += sent - len(done)

@@ -1,4 +1,4 @@
-"""The `ctxproxy` command: serve, migrate, sessions."""
+"""The `ctxproxy` command: serve, migrate, sessions, --version."""
 
 from __future__ import annotations
 
@@ -15,39 +15,100 @@ if TYPE_CHECKING:
     from proxy.store import ExchangeSummary, SessionDetail, SessionPage
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxproxy", description=__doc__)
-    parser.add_argument(
-        "--config",
-        help="config file (default: $CTXPROXY_CONFIG, ./config.yaml, or the embedded defaults)",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the proxy")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument(
-        "--workers", type=int, default=1, help="worker processes sharing the port (default 1)"
-    )
-    sub.add_parser("migrate", help="upgrade the configured database to the newest schema")
-    sessions = sub.add_parser("sessions", help="list sessions, or show one session's turns")
-    sessions.add_argument("session_id", nargs="?", help="show this session's turns")
-    sessions.add_argument("--limit", type=int, default=50, help="sessions to list (default 50)")
-    for command in (serve, sub.choices["migrate"], sessions):
-        command.add_argument("--config", dest="sub_config", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+TITLE_COLUMN = 40
+CONFIG_HELP = (
+    "the configuration file (default: $CTXPROXY_CONFIG, else ./config.yaml if there is one, "
+    "else the built-in defaults: listen on 127.0.0.1:8080, database ./ctxproxy.db, "
+    "upstream llama.cpp at http://127.0.0.1:8081/v1)"
+)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
     try:
-        settings = load_settings(getattr(args, "sub_config", None) or args.config)
+        return installed("ctxproxy")
+    except PackageNotFoundError:  # run from a source tree without installing
+        from proxy import __version__
+
+        return __version__
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="ctxproxy",
+        description="An OpenAI-compatible proxy that stores an agent's chat history and "
+        "compacts it to fit the model's context window.",
+        epilog="Run `ctxproxy COMMAND --help` for a command's options.",
+    )
+    root.add_argument("--version", action="version", version=f"ctxproxy {version()}")
+    root.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
+    sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=summary, description=description)
+        # Accepted after the command too (`ctxproxy serve --config x.yaml`), as the README has it.
+        p.add_argument("--config", metavar="PATH", dest="sub_config", help=CONFIG_HELP)
+        return p
+
+    serve = command(
+        "serve",
+        "run the proxy",
+        "Run the proxy: check the port, bring the database up to date, say where it listens, "
+        "where the database is and whether each upstream answers, then serve until Ctrl+C.",
+    )
+    serve.add_argument(
+        "--host", help="address to listen on (default: listen.host in the config, 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, help="port to listen on (default: listen.port in the config, 8080)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes sharing the port and the database (default: 1)",
+    )
+    command(
+        "migrate",
+        "upgrade the database to the newest schema",
+        "Create the configured database or upgrade it to the newest schema (serve does this "
+        "at start too), then say where it is.",
+    )
+    sessions = command(
+        "sessions",
+        "list sessions, or show one session's turns",
+        "Without SESSION_ID: the most recently active sessions with their turns, failures and "
+        "tokens saved. With it: that session's requests, one line each.",
+    )
+    sessions.add_argument("session_id", nargs="?", metavar="SESSION_ID", help="show this session")
+    sessions.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="sessions to list (default: 50)"
+    )
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    config = getattr(args, "sub_config", None) or args.config
+    try:
+        settings = load_settings(config)
     except ConfigError as exc:
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        config = getattr(args, "sub_config", None) or args.config
         return serve_forever(settings, args.host, args.port, args.workers, config)
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "sessions":
         return show_sessions(settings, args.session_id, args.limit)
     return 0
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def serve_forever(
@@ -57,10 +118,7 @@ def serve_forever(
     workers: int = 1,
     config: str | None = None,
 ) -> int:
-    import uvicorn
-
-    from proxy.app import create_app
-    from proxy.observe import configure_logging
+    from proxy import startup
 
     if workers < 1:
         print("ctxproxy: --workers must be 1 or more", file=sys.stderr)
@@ -72,12 +130,32 @@ def serve_forever(
             file=sys.stderr,
         )
         return 2
+    host = host or settings.listen.host
+    port = settings.listen.port if port is None else port
+    try:  # before the database is touched: a second `serve` must leave no trace
+        startup.check_port(host, port)
+    except startup.PortUnavailable as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
+
+    import uvicorn
+
+    from proxy.app import create_app
+    from proxy.observe import configure_logging
+
     configure_logging(settings.log_level)
-    # Before any worker starts, so workers never race each other to migrate.
-    _upgrade(settings)  # an empty or outdated database is brought up to date at start
+    say(f"ctxproxy {version()} starting")
+    try:  # before any worker starts, so workers never race each other to migrate
+        say("  database   " + _upgrade(settings))
+    except DatabaseUnavailable as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
+    for report in startup.probe_all(settings):
+        say("  " + report.line())
+    say("  " + startup.listening_line(host, port, workers))
     options: dict[str, Any] = {
-        "host": host or settings.listen.host,
-        "port": settings.listen.port if port is None else port,
+        "host": host,
+        "port": port,
         "log_level": settings.log_level,
         "timeout_graceful_shutdown": 30,
     }
@@ -97,19 +175,55 @@ def _in_memory_sqlite(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
 
 
-def _upgrade(settings: Settings) -> None:
+class DatabaseUnavailable(Exception):
+    """The configured database cannot be opened or created; the message says where and why."""
+
+
+def _upgrade(settings: Settings) -> str:
+    """Create or upgrade the database; say which it did and where it is."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        return _create_or_upgrade(settings)
+    except OperationalError as exc:
+        where = _safe_url(settings.database_url)
+        raise DatabaseUnavailable(
+            f"cannot open the database {where}: {exc.orig}; check database_url"
+        ) from None
+
+
+def _create_or_upgrade(settings: Settings) -> str:
     from proxy.store import Store
 
     store = Store(settings.database_url)
     try:
-        store.upgrade()
+        if _in_memory_sqlite(settings.database_url):
+            store.upgrade()
+            return "in memory (SQLite; gone when the process ends)"
+        db_file = store.sqlite_path()
+        where = f"{db_file.resolve()}" if db_file else _safe_url(settings.database_url)
+        if db_file is not None and not db_file.parent.is_dir():
+            raise DatabaseUnavailable(
+                f"the database's folder {db_file.parent.resolve()} does not exist; create it, "
+                "or change database_url"
+            )
+        if db_file is not None and not db_file.exists():
+            store.upgrade()
+            return f"{where} (created)"
+        if store.needs_upgrade():
+            store.upgrade()
+            return f"{where} (upgraded to the newest schema)"
+        return f"{where} (up to date)"
     finally:
         store.close()
 
 
 def migrate(settings: Settings) -> int:
-    _upgrade(settings)
-    print(f"ctxproxy: database is up to date ({_safe_url(settings.database_url)})")
+    try:
+        print(f"ctxproxy: database {_upgrade(settings)}")
+    except DatabaseUnavailable as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -153,34 +267,59 @@ def sessions_table(page: SessionPage) -> str:
             s.source,
             s.model or "",
             str(s.turns),
+            str(s.totals.retries),
+            str(s.totals.errors),
             _arrow(s.totals.tokens_original, s.totals.tokens_compiled),
             _percent(s.totals.tokens_saved, s.totals.tokens_original),
             _time(s.updated_at),
+            _clip(s.title or "", TITLE_COLUMN),
         ]
         for s in page.data
     ]
     table = _table(
-        ["SESSION", "SOURCE", "MODEL", "TURNS", "TOKENS BEFORE → AFTER", "SAVED", "UPDATED"],
+        [
+            "SESSION",
+            "SOURCE",
+            "MODEL",
+            "TURNS",
+            "RETRIES",
+            "FAILED",
+            "TOKENS BEFORE → AFTER",
+            "SAVED",
+            "UPDATED",
+            "FIRST MESSAGE",
+        ],
         rows,
-        right={3, 4, 5},
+        right={3, 4, 5, 6, 7},
     )
     shown = f"{page.offset + 1}–{page.offset + len(page.data)} of {page.total} sessions"
-    return f"{table}\n{shown}"
+    note = "turns: histories sent; retries resend one; tokens: requests that did not fail"
+    return f"{table}\n{shown} · {note}"
 
 
 def turns_table(detail: SessionDetail, exchanges: Sequence[ExchangeSummary]) -> str:
     s = detail.session
     head = (
-        f"session {s.id} ({s.source}) · {s.turns} turns · {detail.history_length} messages"
+        f"session {s.id} ({s.source}) · {_count(s.turns, 'turn')}"
+        f" · {_count(s.totals.exchanges, 'request')}"
+        f" ({_count(s.totals.retries, 'retry', 'retries')}, {s.totals.errors} failed)"
+        f" · {detail.history_length} messages"
         f" · {detail.branch_count} branch{'es' if detail.branch_count != 1 else ''}"
         f" · saved {_percent(s.totals.tokens_saved, s.totals.tokens_original)}"
     )
+    if s.title:
+        head += f"\nfirst message: {s.title}"
     rows = []
     for x in exchanges:
         status = "pending" if x.pending else str(x.status) + (" partial" if x.partial else "")
+        if x.error_code == "context_length_exceeded":
+            status += " refused"
+        if x.retry_of is not None:
+            status += f" (retry of {x.retry_of})"
         rows.append(
             [
                 str(x.seq),
+                str(x.turn),
                 _time(x.created_at),
                 x.model,
                 status,
@@ -189,7 +328,9 @@ def turns_table(detail: SessionDetail, exchanges: Sequence[ExchangeSummary]) -> 
             ]
         )
     table = _table(
-        ["SEQ", "TIME", "MODEL", "STATUS", "TOKENS BEFORE → AFTER", "PHASES"], rows, right={0, 4}
+        ["REQUEST", "TURN", "TIME", "MODEL", "STATUS", "TOKENS BEFORE → AFTER", "PHASES"],
+        rows,
+        right={0, 1, 5},
     )
     return f"{head}\n{table}"
 
@@ -204,6 +345,14 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
         ).rstrip()
 
     return "\n".join(line(r) for r in [header, *rows])
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _arrow(before: int, after: int) -> str:

@@ -225,7 +225,11 @@ def configure_logging(level: str) -> None:
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     # One line per upstream call says nothing the access log does not: keep it for debugging.
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
+    quiet = max(logging.WARNING, logging.getLevelName(level.upper()))
+    logging.getLogger("httpx").setLevel(quiet)
+    # Alembic's plugin set-up and context lines say nothing to an operator: `serve` says once
+    # where the database is and whether it was created or upgraded.
+    logging.getLogger("alembic").setLevel(quiet)
     if not access_log.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))

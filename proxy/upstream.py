@@ -70,11 +70,12 @@ async def send(
 ) -> httpx.Response:
     """Send one request; transport failures become 502/504 ProxyErrors."""
     headers = request_headers(upstream)
+    url = upstream.base_url + path
     if content is not None:
         headers["content-type"] = "application/json"
     req = client.build_request(
         method,
-        upstream.base_url + path,
+        url,
         json=json,
         content=content,
         params=params,
@@ -83,12 +84,28 @@ async def send(
     )
     try:
         return await client.send(req, stream=stream)
-    except httpx.TimeoutException:
-        raise UpstreamTimeout(f"Upstream '{upstream.name}' did not answer in time") from None
+    except httpx.TimeoutException as exc:
+        raise UpstreamTimeout(
+            f"Upstream '{upstream.name}' did not answer {method} {url} in time ({describe(exc)})"
+        ) from None
     except httpx.HTTPError as exc:
         raise UpstreamUnavailable(
-            f"Upstream '{upstream.name}' is unreachable: {type(exc).__name__}"
+            f"Upstream '{upstream.name}' is unreachable: {method} {url} failed with "
+            f"{describe(exc)}. Is the model server running there?"
         ) from None
+
+
+def describe(exc: httpx.HTTPError) -> str:
+    """The exception's class and what the OS said: 'ConnectError: connection refused'."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code} from {exc.request.url}"
+    cause: BaseException | None = exc
+    while cause is not None:  # anyio hides ECONNREFUSED under "All connection attempts failed"
+        if isinstance(cause, ConnectionRefusedError):
+            return f"{type(exc).__name__}: connection refused"
+        cause = cause.__cause__ or cause.__context__
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:

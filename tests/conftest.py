@@ -12,6 +12,24 @@ from proxy.settings import Settings
 from tests.scripted import Script
 from tests.servers import ServerThread
 
+BROWSER_MISSING = "no Chromium and chromedriver here"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say plainly when the viewer's browser tests did not run, and how to run them."""
+    skipped = [
+        r for r in terminalreporter.stats.get("skipped", []) if BROWSER_MISSING in str(r.longrepr)
+    ]
+    if skipped:
+        terminalreporter.write_sep(
+            "!", f"{len(skipped)} browser tests of the session viewer SKIPPED", yellow=True
+        )
+        terminalreporter.write_line(
+            "They need Chromium and chromedriver: `sudo apt-get install chromium "
+            "chromium-driver` (Debian, Ubuntu), then run scripts/test again. scripts/test "
+            "installs them itself where apt-get needs no password."
+        )
+
 
 @pytest.fixture(scope="session")
 def scripted_server() -> Iterator[tuple[Script, ServerThread]]:

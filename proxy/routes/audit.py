@@ -15,7 +15,7 @@ from proxy.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from proxy.store import (
     AmbiguousPrefix,
     ExchangeDetail,
-    ExchangeSummary,
+    ExchangePage,
     History,
     SessionDetail,
     SessionPage,
@@ -102,8 +102,11 @@ async def get_history(
 @router.get("/sessions/{session_id}/exchanges", summary="A session's exchanges, in order")
 async def list_exchanges(
     session_id: str, services: ServicesDep, limit: Limit = 1000, offset: Offset = 0
-) -> list[ExchangeSummary]:
-    found = await run_in_threadpool(services.store.list_exchanges, session_id, limit, offset)
+) -> ExchangePage:
+    """`{data, total, limit, offset, has_more}`, as `/sessions` answers. Each request has its
+    `seq`; `turn` numbers the histories sent, and `retry_of` names the first request of a
+    history sent again (an SDK retry after a failure, a regenerate)."""
+    found = await run_in_threadpool(services.store.page_exchanges, session_id, limit, offset)
     if found is None:
         raise _no_session(session_id)
     return found

@@ -60,7 +60,7 @@ async def chat_completions(
     try:
         compiled = await turn.fit(upstream, sendable, window, factor)
     except ContextLengthExceeded as exc:
-        await turn.record(key, body, upstream.name, None)
+        await turn.record(key, body, upstream.name, None, refused=exc)
         await turn.finish(status=exc.status, error=exc.body()["error"])
         raise
     await turn.record(key, body, upstream.name, compiled)
@@ -246,10 +246,24 @@ class Turn:
         )
 
     async def record(
-        self, key: Any, body: dict[str, Any], upstream: str, compiled: Compiled | None
+        self,
+        key: Any,
+        body: dict[str, Any],
+        upstream: str,
+        compiled: Compiled | None,
+        refused: ContextLengthExceeded | None = None,
     ) -> None:
         self.sent, self.messages = compiled, body["messages"]
         self.stream = bool(body.get("stream"))
+        if refused is not None:  # nothing is sent; keep what it needed against which budget
+            counter = self.services.counter.corrected(self.factor)
+            settings = self.services.settings.compaction
+            whole = await run_in_threadpool(
+                compile_request, body, window=None, settings=settings, counter=counter
+            )
+            compiled = Compiled(
+                [], whole.tokens_original, refused.needed, refused.budget, refused.window
+            )
         self.ref = await run_in_threadpool(
             self.store.record_request,
             key.id,

@@ -36,5 +36,5 @@ async def _probe(client: httpx.AsyncClient, upstream: Upstream) -> str:
             upstream.base_url + "/models", headers=up.request_headers(upstream), timeout=2.0
         )
     except httpx.HTTPError as exc:
-        return f"unreachable: {type(exc).__name__}"
+        return f"unreachable: {up.describe(exc)}"
     return "ok" if r.status_code == 200 else f"http {r.status_code}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -19,8 +20,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from proxy.deps import ServicesDep
-from proxy.errors import NotFound, Unauthorized
+from proxy.errors import Unauthorized
 from proxy.routes.audit import require_admin
+from proxy.tokens import TokenCounter
 from proxy.ui import chart, compare
 from strategies.base import message_hash
 
@@ -52,6 +54,7 @@ def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=UI_DIR / "templates")
     templates.env.filters["when"] = _when
     templates.env.filters["num"] = _num
+    templates.env.filters["color"] = lambda phase: chart.strategy_color(phase.split(":")[0])
     templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
     return templates
 
@@ -117,8 +120,8 @@ async def session_page(
 ) -> HTMLResponse:
     detail = await run_in_threadpool(services.store.get_session, session_id)
     if detail is None:
-        raise NotFound(f"No session '{session_id}'", param="session_id")
-    pager = _pager(page, TURNS_PER_PAGE, detail.session.turns)
+        return _missing(request, f"No session “{session_id}”", session_id=None)
+    pager = _pager(page, TURNS_PER_PAGE, detail.session.totals.exchanges)
     turns = await run_in_threadpool(
         services.store.list_exchanges, session_id, TURNS_PER_PAGE, pager.first - 1
     )
@@ -144,11 +147,17 @@ async def exchange_page(
     show: Literal["all", "changed"] = "all",
 ) -> HTMLResponse:
     x = await run_in_threadpool(services.store.get_exchange, session_id, seq)
+    last = await run_in_threadpool(services.store.last_seq, session_id)
     if x is None:
-        raise NotFound(f"No exchange {seq} in session '{session_id}'", param="seq")
+        known = session_id if last else None
+        return _missing(request, f"No request {seq} in this session", session_id=known, last=last)
     original = x.request.get("messages", [])
     compiled = x.compiled_request.get("messages", [])
+    refused = x.exchange.error_code == "context_length_exceeded"
+    unsent = x.error is not None and not compiled  # refused before anything went upstream
     rows = await run_in_threadpool(compare.align, original, compiled)
+    if unsent:
+        rows = [dataclasses.replace(r, status="unsent") for r in rows]
     counts = Counter(r.status for r in rows)
     if show == "changed":
         rows = [r for r in rows if r.status != "kept"]
@@ -169,7 +178,40 @@ async def exchange_page(
         show=show,
         params=params,
         previous=seq - 1 if seq > 1 else None,
+        next=seq + 1 if seq < last else None,
+        refused=refused,
+        unsent=unsent,
+        largest=_largest(services.counter, x.request) if refused else [],
     )
+
+
+@dataclass(frozen=True)
+class Size:
+    what: str  # "#12 tool" or "tool schemas"
+    anchor: str | None  # the row's id on the page
+    tokens: int
+
+
+def _largest(counter: TokenCounter, request: dict[str, Any], n: int = 5) -> list[Size]:
+    """What made a refused request too big: its largest messages and its tool schemas."""
+    sizes = [
+        Size(f"#{i} {m.get('role', '?')}", f"m{i}", counter.count_message(m))
+        for i, m in enumerate(request.get("messages", []))
+        if isinstance(m, dict)
+    ]
+    tools = request.get("tools")
+    if tools:
+        sizes.append(Size(f"tool schemas ({len(tools)})", None, counter.count_tools(tools)))
+    return sorted(sizes, key=lambda z: -z.tokens)[:n]
+
+
+def _missing(
+    request: Request, title: str, *, session_id: str | None, last: int = 0
+) -> HTMLResponse:
+    """A page, not a JSON error, for a browser that followed a link to nothing."""
+    response = _render(request, "missing.html", title=title, session_id=session_id, last=last)
+    response.status_code = 404
+    return response
 
 
 @dataclass(frozen=True)

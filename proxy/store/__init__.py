@@ -4,6 +4,7 @@ from proxy.store.reads import AmbiguousPrefix
 from proxy.store.store import Store
 from proxy.store.views import (
     ExchangeDetail,
+    ExchangePage,
     ExchangeSummary,
     History,
     RequestRef,
@@ -17,6 +18,7 @@ from proxy.store.views import (
 __all__ = [
     "AmbiguousPrefix",
     "ExchangeDetail",
+    "ExchangePage",
     "ExchangeSummary",
     "History",
     "RequestRef",

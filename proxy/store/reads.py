@@ -15,6 +15,7 @@ from proxy.store.models import EntryRow, ExchangeRow, MessageRow, SessionRow
 from proxy.store.views import (
     Branch,
     ExchangeDetail,
+    ExchangePage,
     ExchangeSummary,
     History,
     HistoryMessage,
@@ -38,37 +39,85 @@ def aware(t: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)  # SQLite hands back naive UTC
 
 
+TITLE_CHARS = 80
+TITLE_WITHIN = 16  # the first user message is looked for among the first positions only
+
+
 def _totals_columns() -> list[Any]:
     x = ExchangeRow
+    kept = x.status.is_(None) | (x.status < 400)  # the failed ones are counted apart
+
+    def tokens(column: Any) -> Any:
+        return func.sum(case((kept, column), else_=0))
+
     return [
         func.count(x.id),
         func.sum(case((x.status.is_(None), 1), else_=0)),
         func.sum(case((x.status >= 400, 1), else_=0)),
-        func.sum(x.tokens_original),
-        func.sum(x.tokens_compiled),
+        tokens(x.tokens_original),
+        tokens(x.tokens_compiled),
         func.sum(x.prompt_tokens),
         func.sum(x.completion_tokens),
         func.sum(x.cached_tokens),
+        func.count(x.leaf_entry_id.distinct()),
     ]
 
 
 def _totals(row: Sequence[Any] | None) -> Totals:
     if row is None:
         return Totals()
-    n, pending, errors, orig, comp, prompt, completion, cached = (int(v or 0) for v in row)
-    return Totals(n, pending, errors, orig, comp, orig - comp, prompt, completion, cached)
+    n, pending, errors, orig, comp, prompt, completion, cached, turns = (int(v or 0) for v in row)
+    return Totals(
+        n, pending, errors, orig, comp, orig - comp, prompt, completion, cached, turns, n - turns
+    )
 
 
-def _summary(row: SessionRow, totals: Totals) -> SessionSummary:
+def _summary(row: SessionRow, totals: Totals, title: str | None = None) -> SessionSummary:
     return SessionSummary(
         id=row.id,
         created_at=aware(row.created_at),
         updated_at=aware(row.updated_at),
         source=row.source,
         model=row.model,
-        turns=totals.exchanges,
+        turns=totals.turns,
         totals=totals,
+        title=title,
     )
+
+
+def _titles(s: Session, ids: list[str]) -> dict[str, str]:
+    """Each session's first user message, shortened to one line: a name a person recognises."""
+    if not ids:
+        return {}
+    e, m = EntryRow, MessageRow
+    first = (
+        select(e.session_id, func.min(e.position).label("position"))
+        .join(m, m.hash == e.message_hash)
+        .where(e.session_id.in_(ids), e.position < TITLE_WITHIN, m.role == "user")
+        .group_by(e.session_id)
+        .subquery()
+    )
+    rows = s.execute(
+        select(e.session_id, m.body)
+        .join(first, (first.c.session_id == e.session_id) & (first.c.position == e.position))
+        .join(m, m.hash == e.message_hash)
+        .where(m.role == "user")
+        .order_by(e.id)
+    ).all()
+    titles: dict[str, str] = {}
+    for session_id, body in rows:
+        if session_id not in titles:
+            titles[session_id] = _title(json.loads(body).get("content"))
+    return titles
+
+
+def _title(content: Any) -> str:
+    if isinstance(content, list):  # content parts: the text ones
+        content = " ".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+        )
+    text = " ".join(str(content or "").split())
+    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 def _totals_by_session(s: Session, ids: list[str]) -> dict[str, Totals]:
@@ -90,8 +139,9 @@ def list_sessions(s: Session, limit: int, offset: int) -> SessionPage:
         .limit(limit)
         .offset(offset)
     ).all()
-    totals = _totals_by_session(s, [r.id for r in rows])
-    data = [_summary(r, totals.get(r.id, Totals())) for r in rows]
+    ids = [r.id for r in rows]
+    totals, titles = _totals_by_session(s, ids), _titles(s, ids)
+    data = [_summary(r, totals.get(r.id, Totals()), titles.get(r.id)) for r in rows]
     return SessionPage(data, total, limit, offset, has_more=offset + len(rows) < total)
 
 
@@ -99,7 +149,8 @@ def get_session(s: Session, session_id: str) -> SessionDetail | None:
     row = s.get(SessionRow, session_id)
     if row is None:
         return None
-    summary = _summary(row, _totals_by_session(s, [session_id]).get(session_id, Totals()))
+    totals = _totals_by_session(s, [session_id]).get(session_id, Totals())
+    summary = _summary(row, totals, _titles(s, [session_id]).get(session_id))
     head = head_entry(s, session_id)
     length = 0
     if head is not None:
@@ -180,10 +231,32 @@ def _phases(events: list[Any]) -> list[str]:
     return labels
 
 
-def _exchange_summary(x: ExchangeRow) -> ExchangeSummary:
+def _turns(s: Session, session_id: str) -> dict[int, tuple[int, int]]:
+    """Each history sent in the session: leaf entry -> (its turn number, the first seq that
+    sent it). A request that resends a history (an SDK retry after a failure, a regenerate)
+    is the same turn: turns are what the user counts, requests what the proxy handled."""
+    turns: dict[int, tuple[int, int]] = {}
+    for seq, leaf in s.execute(
+        select(ExchangeRow.seq, ExchangeRow.leaf_entry_id)
+        .where(ExchangeRow.session_id == session_id)
+        .order_by(ExchangeRow.seq)
+    ):
+        turns.setdefault(leaf, (len(turns) + 1, seq))
+    return turns
+
+
+def _error_code(error: Any) -> str | None:
+    code = error.get("code") if isinstance(error, dict) else None
+    return str(code) if code is not None else None
+
+
+def _exchange_summary(x: ExchangeRow, turns: dict[int, tuple[int, int]]) -> ExchangeSummary:
+    turn, first = turns.get(x.leaf_entry_id, (0, x.seq))
     return ExchangeSummary(
         session_id=x.session_id,
         seq=x.seq,
+        turn=turn,
+        retry_of=first if first != x.seq else None,
         created_at=aware(x.created_at),
         finished_at=aware(x.finished_at) if x.finished_at else None,
         model=x.model,
@@ -191,6 +264,7 @@ def _exchange_summary(x: ExchangeRow) -> ExchangeSummary:
         stream=x.stream,
         pending=x.status is None,
         status=x.status,
+        error_code=_error_code(x.error),
         latency_ms=x.latency_ms,
         ttft_ms=x.ttft_ms,
         tokens_original=x.tokens_original,
@@ -219,7 +293,18 @@ def list_exchanges(
         .limit(limit)
         .offset(offset)
     ).all()
-    return [_exchange_summary(x) for x in rows]
+    turns = _turns(s, session_id)
+    return [_exchange_summary(x, turns) for x in rows]
+
+
+def page_exchanges(s: Session, session_id: str, limit: int, offset: int) -> ExchangePage | None:
+    data = list_exchanges(s, session_id, limit, offset)
+    if data is None:
+        return None
+    total = s.execute(
+        select(func.count(ExchangeRow.id)).where(ExchangeRow.session_id == session_id)
+    ).scalar_one()
+    return ExchangePage(data, total, limit, offset, has_more=offset + len(data) < total)
 
 
 def get_exchange(s: Session, session_id: str, seq: int) -> ExchangeDetail | None:
@@ -240,7 +325,7 @@ def get_exchange(s: Session, session_id: str, seq: int) -> ExchangeDetail | None
     compiled = [json.loads(known[h]) for h in compiled_hashes]
     response = json.loads(known[x.response_hash]) if x.response_hash else None
     return ExchangeDetail(
-        exchange=_exchange_summary(x),
+        exchange=_exchange_summary(x, _turns(s, session_id)),
         request={**x.params, "messages": original},
         compiled_request={**x.params, "messages": compiled},
         compiled_hashes=compiled_hashes,

@@ -23,6 +23,7 @@ from proxy.store.models import (
 )
 from proxy.store.views import (
     ExchangeDetail,
+    ExchangePage,
     ExchangeSummary,
     History,
     RequestRef,
@@ -279,6 +280,15 @@ class Store:
         self, session_id: str, limit: int = 1000, offset: int = 0
     ) -> list[ExchangeSummary] | None:
         return self._read(lambda s: reads.list_exchanges(s, session_id, limit, offset))
+
+    def page_exchanges(
+        self, session_id: str, limit: int = 1000, offset: int = 0
+    ) -> ExchangePage | None:
+        return self._read(lambda s: reads.page_exchanges(s, session_id, limit, offset))
+
+    def last_seq(self, session_id: str) -> int:
+        """The number of the session's newest request (0 without a session)."""
+        return self._read(lambda s: getattr(s.get(SessionRow, session_id), "last_seq", 0) or 0)
 
     def get_exchange(self, session_id: str, seq: int) -> ExchangeDetail | None:
         return self._read(lambda s: reads.get_exchange(s, session_id, seq))

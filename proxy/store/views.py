@@ -18,15 +18,19 @@ class RequestRef:
 
 @dataclass(frozen=True)
 class Totals:
-    exchanges: int = 0
+    exchanges: int = 0  # every request recorded, retries and failures included
     pending: int = 0
-    errors: int = 0
+    errors: int = 0  # requests that ended in an HTTP error (refused, upstream down, …)
+    # Tokens of the requests that did not fail (answered or still pending): what a refused
+    # request would have needed was never sent, so it does not count as saved.
     tokens_original: int = 0
     tokens_compiled: int = 0
     tokens_saved: int = 0
     prompt_tokens: int = 0  # as the upstream reported them: tokens in …
     completion_tokens: int = 0  # … and out
     cached_tokens: int = 0
+    turns: int = 0  # distinct histories sent: what the user counts as turns
+    retries: int = 0  # requests that resent a history already sent (SDK retries, regenerates)
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,9 @@ class SessionSummary:
     updated_at: datetime
     source: str
     model: str | None
-    turns: int
+    turns: int  # distinct histories sent; totals.exchanges counts every request
     totals: Totals
+    title: str | None = None  # the first user message, shortened
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,9 @@ class History:
 @dataclass(frozen=True)
 class ExchangeSummary:
     session_id: str
-    seq: int
+    seq: int  # the request's number in the session: 1, 2, 3 …
+    turn: int  # the history's number: a retry of the same history has its first request's turn
+    retry_of: int | None  # the seq of the first request that sent this same history
     created_at: datetime
     finished_at: datetime | None
     model: str
@@ -93,6 +100,7 @@ class ExchangeSummary:
     stream: bool
     pending: bool
     status: int | None  # the HTTP status once finished
+    error_code: str | None  # the error's code when it failed: context_length_exceeded (refused) …
     latency_ms: float | None
     ttft_ms: float | None
     tokens_original: int
@@ -106,6 +114,15 @@ class ExchangeSummary:
     prompt_tokens: int | None
     completion_tokens: int | None
     cached_tokens: int | None
+
+
+@dataclass(frozen=True)
+class ExchangePage:
+    data: list[ExchangeSummary]
+    total: int
+    limit: int
+    offset: int
+    has_more: bool
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,29 @@ from proxy.store import ExchangeSummary
 WIDTH, HEIGHT = 960, 340
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 44
 LOG_WHEN = 5.0  # auto scale: log once the original outgrows everything else this many times
-PALETTE = ["#d9480f", "#7048e8", "#0c8599", "#e67700", "#c2255c", "#2b8a3e", "#495057"]
+# One colour per strategy, the same on every page; a strategy not listed gets one by its name.
+STRATEGY_COLORS = {
+    "traceback": "#d9480f",
+    "tiered": "#7048e8",
+    "fold": "#0c8599",
+    "sliding_window": "#e67700",
+    "evidence": "#c2255c",
+    "none": "#495057",
+}
+PALETTE = ["#2b8a3e", "#1864ab", "#862e9c", "#a61e4d", "#5c940d", "#0b7285", "#e8590c"]
+FAILED_COLOR = "#c92a2a"
+LABEL_FONT_PX = 11
+LABEL_CHAR_PX = 6.8  # an upper bound for the label font's average glyph width
+LABEL_LANES = 3  # rows of labels along the top; a label that fits no row is left to the legend
+LANE_PX = 15
+LABEL_GAP = 8
+
+
+def strategy_color(strategy: str) -> str:
+    if strategy in STRATEGY_COLORS:
+        return STRATEGY_COLORS[strategy]
+    digest = hashlib.sha256(strategy.encode()).digest()
+    return PALETTE[digest[0] % len(PALETTE)]
 
 
 @dataclass(frozen=True)
@@ -22,13 +45,29 @@ class Series:
 
 
 @dataclass(frozen=True)
+class Label:
+    text: str
+    x: float
+    y: float
+    anchor: str  # SVG text-anchor: start, or end near the right edge
+
+
+@dataclass(frozen=True)
 class Marker:
     seq: int
     x: float
     y: float
     phases: list[str]
     color: str
-    label: str | None  # drawn when the phases differ from the previous marker's
+    label: Label | None  # where the phases change, if a row along the top has room
+
+
+@dataclass(frozen=True)
+class Failure:
+    seq: int
+    x: float
+    y: float
+    title: str
 
 
 @dataclass(frozen=True)
@@ -46,44 +85,45 @@ class Chart:
     markers: list[Marker]
     x_ticks: list[Tick]
     y_ticks: list[Tick]
-    legend: list[tuple[str, str]] = field(default_factory=list)  # phase, color
+    legend: list[tuple[str, str]] = field(default_factory=list)  # strategy, color
+    failures: list[Failure] = field(default_factory=list)
     plot: tuple[float, float, float, float] = (LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM)
 
 
 def build(turns: Sequence[ExchangeSummary], scale: str | None = None) -> Chart | None:
-    """None without turns. `scale` forces linear or log; by default it is picked from the data."""
+    """None without turns. `scale` forces linear or log; by default it is picked from the data.
+    A failed request is a cross, not a point of the compiled line: it sent nothing or got no
+    answer; a refused one sits at the tokens it needed."""
     if not turns:
         return None
+    failed = [t.status is not None and t.status >= 400 for t in turns]
     values: dict[str, list[int | None]] = {
         "original": [t.tokens_original for t in turns],
-        "compiled": [t.tokens_compiled for t in turns],
+        "compiled": [None if f else t.tokens_compiled for t, f in zip(turns, failed, strict=True)],
         "budget": [t.budget for t in turns],
         "window": [t.window for t in turns],
     }
-    top = max((v or 0 for vs in values.values() for v in vs), default=0) or 1
+    shown = [v for vs in values.values() for v in vs if v] + [
+        t.tokens_compiled for t, f in zip(turns, failed, strict=True) if f and t.tokens_compiled
+    ]
+    top = max(shown, default=0) or 1
     rest = max((v or 0 for k, vs in values.items() if k != "original" for v in vs), default=0) or 1
     if scale not in ("linear", "log"):
         scale = "log" if top > LOG_WHEN * rest else "linear"
-    y = _y_scale(scale, top)
+    floor = _log_floor(min(shown, default=1))
+    y = _y_scale(scale, top, floor)
     x = _x_scale(len(turns))
     series = [
         Series(name, name, " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(vs) if v))
         for name, vs in values.items()
         if any(vs)
     ]
-    colors: dict[str, str] = {}
-    markers: list[Marker] = []
-    previous: list[str] | None = None
-    for i, t in enumerate(turns):
-        if not t.phases:
-            continue
-        for p in t.phases:
-            colors.setdefault(p, PALETTE[len(colors) % len(PALETTE)])
-        label = ", ".join(t.phases) if t.phases != previous else None
-        markers.append(
-            Marker(t.seq, x(i), y(t.tokens_compiled), t.phases, colors[t.phases[0]], label)
-        )
-        previous = t.phases
+    markers, legend = _markers(turns, x, y)
+    failures = [
+        Failure(t.seq, x(i), y(t.tokens_compiled or t.tokens_original), _failure_title(t))
+        for i, (t, f) in enumerate(zip(turns, failed, strict=True))
+        if f
+    ]
     return Chart(
         WIDTH,
         HEIGHT,
@@ -91,9 +131,61 @@ def build(turns: Sequence[ExchangeSummary], scale: str | None = None) -> Chart |
         series,
         markers,
         _x_ticks(turns, x),
-        _y_ticks(scale, top, y),
-        list(colors.items()),
+        _y_ticks(scale, top, floor, y),
+        legend,
+        failures,
     )
+
+
+def _failure_title(t: ExchangeSummary) -> str:
+    if t.error_code == "context_length_exceeded":
+        return (
+            f"request {t.seq}: refused, needs {t.tokens_compiled:,} tokens, "
+            f"budget {t.budget or 0:,}"
+        )
+    return f"request {t.seq}: failed, HTTP {t.status} ({t.error_code or 'error'})"
+
+
+def _markers(
+    turns: Sequence[ExchangeSummary],
+    x: Callable[[int], float],
+    y: Callable[[int | None], float],
+) -> tuple[list[Marker], list[tuple[str, str]]]:
+    """A marker where compaction fired; a label where the phases change, placed in the first
+    row along the top where it overlaps no other label and stays inside the plot."""
+    markers: list[Marker] = []
+    legend: dict[str, str] = {}
+    lanes = [float("-inf")] * LABEL_LANES  # where each row's last label ends
+    previous: list[str] | None = None
+    for i, t in enumerate(turns):
+        if not t.phases:
+            continue
+        for p in t.phases:
+            strategy = p.split(":")[0]
+            legend.setdefault(strategy, strategy_color(strategy))
+        label = None
+        if t.phases != previous:
+            label = _place(", ".join(t.phases), x(i), lanes)
+        color = strategy_color(t.phases[0].split(":")[0])
+        markers.append(Marker(t.seq, x(i), y(t.tokens_compiled), t.phases, color, label))
+        previous = t.phases
+    return markers, sorted(legend.items())
+
+
+def _place(text: str, at: float, lanes: list[float]) -> Label | None:
+    width = len(text) * LABEL_CHAR_PX
+    right = WIDTH - RIGHT
+    start, anchor = at + 4, "start"
+    if start + width > right:  # near the right edge: the label ends at its marker instead
+        start, anchor = at - 4 - width, "end"
+    if start < LEFT:
+        return None
+    for lane, end in enumerate(lanes):
+        if start >= end + LABEL_GAP:
+            lanes[lane] = start + width
+            y = TOP + LABEL_FONT_PX + lane * LANE_PX
+            return Label(text, start if anchor == "start" else start + width, y, anchor)
+    return None
 
 
 def _x_scale(n: int) -> Callable[[int], float]:
@@ -102,13 +194,21 @@ def _x_scale(n: int) -> Callable[[int], float]:
     return lambda i: LEFT + (i * step if n > 1 else span / 2)
 
 
-def _y_scale(scale: str, top: int) -> Callable[[int | None], float]:
-    span = HEIGHT - TOP - BOTTOM
+def _log_floor(smallest: int) -> int:
+    """The log axis starts at the power of ten below the smallest value, not at 1: the height
+    goes to where the data is."""
+    return 10 ** int(math.floor(math.log10(max(smallest, 1))))
+
+
+def _y_scale(scale: str, top: int, floor: int = 1) -> Callable[[int | None], float]:
+    span = HEIGHT - TOP - BOTTOM - LABEL_LANES * LANE_PX  # the labels' rows stay clear
+    bottom = HEIGHT - BOTTOM
     if scale == "log":
-        hi = math.log10(max(top, 10)) * 1.05
-        return lambda v: HEIGHT - BOTTOM - span * math.log10(max(v or 1, 1)) / hi
-    hi = top * 1.08
-    return lambda v: HEIGHT - BOTTOM - span * (v or 0) / hi
+        lo = math.log10(floor)
+        hi = max(math.log10(max(top, 10)) + 0.05, lo + 1)
+        return lambda v: bottom - span * (math.log10(max(v or floor, floor)) - lo) / (hi - lo)
+    hi = top * 1.05
+    return lambda v: bottom - span * (v or 0) / hi
 
 
 def _x_ticks(turns: Sequence[ExchangeSummary], x: Callable[[int], float]) -> list[Tick]:
@@ -116,12 +216,18 @@ def _x_ticks(turns: Sequence[ExchangeSummary], x: Callable[[int], float]) -> lis
     return [Tick(x(i), str(t.seq)) for i, t in enumerate(turns) if i % every == 0]
 
 
-def _y_ticks(scale: str, top: int, y: Callable[[int | None], float]) -> list[Tick]:
+def _y_ticks(scale: str, top: int, floor: int, y: Callable[[int | None], float]) -> list[Tick]:
     if scale == "log":
-        steps = [10**e for e in range(0, len(str(max(top, 1))) + 1) if 10**e <= top * 1.05]
+        steps = []
+        decade = floor
+        while decade <= top * 1.05:
+            steps += [m * decade for m in (1, 2, 5) if m * decade <= top * 1.05]
+            decade *= 10
+        if len([v for v in steps if str(v).startswith("1")]) >= 3:  # many decades: 10ⁿ only
+            steps = [v for v in steps if str(v).startswith("1")]
         return [Tick(y(v), _short(v)) for v in steps]
     step = _nice_step(top / 5)
-    return [Tick(y(v), _short(v)) for v in range(0, int(top * 1.08) + 1, step)]
+    return [Tick(y(v), _short(v)) for v in range(0, int(top * 1.05) + 1, step)]
 
 
 def _nice_step(raw: float) -> int:

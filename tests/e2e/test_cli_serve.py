@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,7 +79,13 @@ def test_serve_answers_and_stops_cleanly(serve, tmp_path: Path) -> None:
     assert (tmp_path / "proxy.db").exists()
     # uvicorn re-raises the SIGTERM it handled once shut down, so the status is that signal.
     assert proxy.stop() in (0, -signal.SIGTERM)
-    assert "Finished server process" in proxy.log.read_text()
+    log = proxy.log.read_text()
+    assert "Finished server process" in log
+    # Said once at start, in plain lines; no Alembic set-up noise.
+    assert f"  database   {tmp_path / 'proxy.db'} (created)\n" in log
+    assert re.search(r"  upstream   scripted \(openai\) at http://\S+/v1: answered", log)
+    assert f"  listening  {proxy.url}: OpenAI API at {proxy.url}/v1" in log
+    assert "alembic" not in log.lower()
 
 
 def test_bad_config_fails_at_start_naming_the_key(tmp_path: Path) -> None:

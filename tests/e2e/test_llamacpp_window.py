@@ -140,7 +140,7 @@ def test_long_agent_session_fits_every_turn(llama: LlamaServer, start_proxy, set
     print(f"relative error after turn 10: mean {mean:.2%}, max {max(errors):.2%}")
     assert mean <= 0.03
 
-    exchanges = httpx.get(proxy.url + "/sessions/agent-40/exchanges").json()
+    exchanges = httpx.get(proxy.url + "/sessions/agent-40/exchanges").json()["data"]
     assert len(exchanges) == 40
     assert any(x["phases"] for x in exchanges)
     assert rows[-1]["original"] > 2 * 4096

@@ -114,7 +114,7 @@ def verify(audit: httpx.Client, threads: list[Thread]) -> None:
     for t in threads:
         by_session.setdefault(t.session, []).append(t)
     for session, group in by_session.items():
-        exchanges = audit.get(f"/sessions/{session}/exchanges").json()
+        exchanges = audit.get(f"/sessions/{session}/exchanges").json()["data"]
         sent = [m for t in group for m in t.sent]
         assert [x["seq"] for x in exchanges] == list(range(1, len(sent) + 1)), session
         assert all(

@@ -230,7 +230,24 @@ def test_upstream_refused_is_502(start_proxy, settings_for) -> None:
     with pytest.raises(openai.APIStatusError) as info:
         client(proxy).chat.completions.create(model="echo", messages=HELLO)
     assert info.value.status_code == 502
-    assert_envelope(post(proxy, {"model": "echo", "messages": HELLO}), 502)
+    r = post(proxy, {"model": "echo", "messages": HELLO})
+    assert_envelope(r, 502)
+    message = r.json()["error"]["message"]
+    assert f"POST {dead}/chat/completions" in message and "connection refused" in message
+
+
+def test_models_of_a_dead_upstream_say_so_or_list_the_configured_names(
+    start_proxy, settings_for
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    down = start_proxy(settings_for(upstreams=[{"name": "dead", "base_url": dead}]))
+    r = httpx.get(down.url + "/v1/models")
+    assert_envelope(r, 502)
+    assert f"GET {dead}/models" in r.json()["error"]["message"]
+    named = start_proxy(
+        settings_for(upstreams=[{"name": "dead", "base_url": dead, "models": ["qwen", "*"]}])
+    )
+    assert [m.id for m in client(named).models.list()] == ["qwen"]
 
 
 def test_upstream_timeout_is_504(start_proxy, settings_for, upstream_url: str) -> None:

@@ -54,7 +54,7 @@ def test_agent_loop_audit_matches_what_upstream_received(
             messages.append({"role": "tool", "tool_call_id": call.id, "content": noisy_log(turn)})
 
     audit = httpx.Client(base_url=proxy.url, timeout=10)
-    exchanges = audit.get("/sessions/agent-1/exchanges").json()
+    exchanges = audit.get("/sessions/agent-1/exchanges").json()["data"]
     assert isinstance(exchanges, list), exchanges
     assert len(exchanges["exchanges"] if isinstance(exchanges, dict) else exchanges) == 20
     fired = 0
@@ -216,3 +216,57 @@ def test_upstream_overflow_that_cannot_heal_is_one_clean_400(
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["code"] == "context_length_exceeded" and "2000" in err["message"]
+
+
+def test_a_refused_request_keeps_its_figures_and_an_sdk_retry_is_not_a_turn(
+    start_proxy, settings_for, upstream_url: str, script: Script
+) -> None:
+    proxy: ServerThread = start_proxy(
+        settings_for(
+            upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 4000}]
+        )
+    )
+    # A tool schema bigger than the window: no compaction of the messages can make it fit.
+    tool = {"name": "read_log", "description": "make check " * 3000, "parameters": {}}
+    r = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        headers={"X-Session-Id": "refused"},
+        json={
+            "model": "echo",
+            "messages": [{"role": "user", "content": "Read the log"}],
+            "tools": [{"type": "function", "function": tool}],
+        },
+        timeout=30,
+    )
+    assert r.status_code == 400 and not script.received  # nothing went upstream
+    err = r.json()["error"]
+    x = httpx.get(proxy.url + "/sessions/refused/exchanges/1").json()
+    e = x["exchange"]
+    assert e["error_code"] == "context_length_exceeded" and e["status"] == 400
+    # The figures the client was told are the ones kept: needed, budget, window.
+    assert f"needs {e['tokens_compiled']} tokens" in err["message"]
+    assert f"budget for the prompt is {e['budget']} tokens" in err["message"]
+    assert e["window"] == 4000 and e["tokens_compiled"] > e["budget"] > 0
+    assert e["tokens_original"] > 4000  # as the client sent it, tools included
+    assert x["compiled_request"]["messages"] == []
+
+    # The SDK retries a 503 twice: one turn, three requests.
+    sdk = openai.OpenAI(
+        base_url=proxy.url + "/v1",
+        api_key="x",
+        default_headers={"X-Session-Id": "retried"},
+        max_retries=2,
+    )
+    try:
+        sdk.chat.completions.create(model="fail-503", messages=[{"role": "user", "content": "hi"}])
+    except openai.InternalServerError:
+        pass
+    s = httpx.get(proxy.url + "/sessions/retried").json()["session"]
+    assert (s["turns"], s["totals"]["exchanges"], s["totals"]["retries"]) == (1, 3, 2)
+    assert s["totals"]["errors"] == 3 and s["title"] == "hi"
+    rows = httpx.get(proxy.url + "/sessions/retried/exchanges").json()["data"]
+    assert [(r["seq"], r["turn"], r["retry_of"]) for r in rows] == [
+        (1, 1, None),
+        (2, 1, 1),
+        (3, 1, 1),
+    ]

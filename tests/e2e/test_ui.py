@@ -18,8 +18,10 @@ from fastapi.testclient import TestClient
 from proxy.app import create_app
 from proxy.routes import ui
 from proxy.settings import Settings
+from proxy.store import Store
 from proxy.ui.compare import align, diff
 from strategies.base import message_hash
+from tests.conftest import BROWSER_MISSING
 from tests.e2e.test_sessions_audit import noisy_log
 from tests.servers import ServerThread
 
@@ -73,10 +75,7 @@ def _browser_paths() -> tuple[str, str] | None:
 def browser(tmp_path: Path) -> Iterator[Any]:
     paths = _browser_paths()
     if paths is None:
-        pytest.skip(
-            "no Chromium and chromedriver here: install Debian's `chromium chromium-driver` "
-            "(.ci/run does) to run the browser tests"
-        )
+        pytest.skip(f"{BROWSER_MISSING}: install Debian's `chromium chromium-driver`")
     webdriver = pytest.importorskip(
         "selenium.webdriver", reason="selenium is not installed (pip install '.[test]')"
     )
@@ -130,16 +129,16 @@ def test_browser_walks_from_sessions_to_the_folded_original(
     proxy: ServerThread = start_proxy(small_window(settings_for, upstream_url))
     with httpx.Client(base_url=proxy.url, timeout=30) as http:
         sent = agent_loop(http.post, "ui-agent", turns=6)
-        exchanges = http.get("/sessions/ui-agent/exchanges").json()
+        exchanges = http.get("/sessions/ui-agent/exchanges").json()["data"]
     fired = next(x for x in exchanges if x["phases"])
 
-    # The sessions list: the session, its turns, a link to it.
+    # The sessions list: the session named by its first message, its turns, a link to it.
     browser.get(proxy.url + "/ui/")
-    row = browser.find_element(By.XPATH, "//tr[td/a[text()='ui-agent']]")
-    assert "tools" in row.text and " 6 " in f" {row.text} "
+    row = browser.find_element(By.CSS_SELECTOR, "tr[data-session='ui-agent']")
+    assert "tools" in row.text and row.find_element(By.CSS_SELECTOR, ".turns").text == "6"
     assert row.find_element(By.CSS_SELECTOR, ".bar .comp").size["width"] > 0
     screenshot(browser, artifacts, "1-sessions")
-    row.find_element(By.LINK_TEXT, "ui-agent").click()
+    row.find_element(By.LINK_TEXT, "Make the test suite pass.").click()
 
     # The session page: a chart with a marker where compaction first fired, at that turn.
     chart = browser.find_element(By.CSS_SELECTOR, "svg#chart")
@@ -163,7 +162,7 @@ def test_browser_walks_from_sessions_to_the_folded_original(
 
     # The exchange page of the last turn: old tool outputs folded, each linking its original.
     browser.find_element(By.CSS_SELECTOR, "#turn-6 a").click()
-    assert "Turn 6" in browser.find_element(By.TAG_NAME, "h1").text
+    assert "Request 6 · turn 6" in browser.find_element(By.TAG_NAME, "h1").text
     folded = browser.find_elements(By.CSS_SELECTOR, ".msg-row[data-status='folded']")
     assert folded, "turn 6 of an 8k window must show folded tool outputs"
     row = folded[0]
@@ -328,3 +327,204 @@ def test_diff_of_a_huge_output_keeps_head_and_tail() -> None:
     d = diff("\n".join(f"line {i}" for i in range(1000)), "[folded]")
     assert (d.added, d.removed) == (1, 1000)
     assert any(kind == "cut" for kind, _ in d.lines) and d.lines[-1] == ("add", "+[folded]")
+
+
+# --- what a newcomer reads wrong: long sessions, refusals, retries, dead links -----------------
+
+
+def seed_session(url: str, session: str, phases: list[list[str]], first: str) -> None:
+    """A session as the proxy records it, with the compaction phases given per request: the
+    chart's layout is what is under test, so the phases are chosen, not waited for."""
+    store = Store(url)
+    history: list[dict[str, Any]] = [{"role": "user", "content": first}]
+    for i, fired in enumerate(phases):
+        events = [
+            {"strategy": p.split(":")[0], "phase": int(p.split(":")[1]) if ":" in p else None}
+            for p in fired
+        ]
+        ref = store.record_request(
+            session,
+            source="header",
+            messages=list(history),
+            request={"model": "qwen"},
+            model="qwen",
+            upstream="local",
+            stream=False,
+            compiled=list(history),
+            tokens_original=2000 * (i + 1),
+            tokens_compiled=1500 + 100 * i,
+            budget=6000,
+            window=8000,
+            pipeline=["traceback", "tiered"],
+            events=events,
+        )
+        answer = {"role": "assistant", "content": f"step {i}"}
+        store.finish_exchange(
+            ref,
+            status=200,
+            latency_ms=9,
+            ttft_ms=None,
+            response=answer,
+            partial=False,
+            usage=None,
+            error=None,
+        )
+        history += [answer, {"role": "tool", "tool_call_id": f"c{i}", "content": "log " * 50}]
+    store.close()
+
+
+def legend_colors(browser: Any) -> dict[str, str]:
+    """Each strategy's colour in the legend, as the browser paints it."""
+    from selenium.webdriver.common.by import By
+
+    return {
+        k.get_attribute("data-strategy"): browser.execute_script(
+            "return getComputedStyle(arguments[0], '::before').backgroundColor", k
+        )
+        for k in browser.find_elements(By.CSS_SELECTOR, ".legend .key.phase")
+    }
+
+
+CHANGING = [["tiered:1"], ["tiered:2", "traceback"], ["fold"], ["tiered:3"], ["sliding_window"]]
+
+
+def test_browser_long_session_chart_stays_readable(
+    browser: Any, artifacts: Path, start_proxy, settings_for
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    settings = settings_for()
+    proxy: ServerThread = start_proxy(settings)
+    # 30 requests whose phases change at every one: the worst case for the labels.
+    seed_session(settings.database_url, "long", [CHANGING[i % 5] for i in range(30)], "Port it")
+    seed_session(settings.database_url, "other", [["traceback"], ["tiered:2"]] * 3, "Fix it")
+
+    browser.get(proxy.url + "/ui/sessions/long")
+    chart = browser.find_element(By.CSS_SELECTOR, "svg#chart")
+    labels = chart.find_elements(By.CSS_SELECTOR, "text.mlab")
+    assert len(labels) >= 8, "the labels that fit are drawn"
+    boxes = [lab.rect for lab in labels]
+    frame = chart.rect
+    for i, a in enumerate(boxes):
+        assert frame["x"] <= a["x"] and a["x"] + a["width"] <= frame["x"] + frame["width"] - 2
+        for b in boxes[i + 1 :]:
+            apart = (
+                a["x"] + a["width"] <= b["x"]
+                or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"]
+                or b["y"] + b["height"] <= a["y"]
+            )
+            assert apart, (a, b)
+    # Every marker keeps its phases in a tooltip; every strategy is in the legend.
+    markers = chart.find_elements(By.CSS_SELECTOR, ".marker")
+    assert len(markers) == 30
+    legend = legend_colors(browser)
+    assert set(legend) == {"tiered", "traceback", "fold", "sliding_window"}
+    # The log scale starts near the data (2,000 … 60,000), not at 1.
+    assert chart.get_attribute("data-scale") == "log"
+    ticks = [t.text for t in chart.find_elements(By.CSS_SELECTOR, "text.ylab")]
+    assert ticks[0] == "1k" and "10" not in ticks and "100" not in ticks
+    compiled = chart.find_element(By.CSS_SELECTOR, "polyline[data-series='compiled']")
+    original = chart.find_element(By.CSS_SELECTOR, "polyline[data-series='original']")
+    top, bottom = original.rect["y"], compiled.rect["y"] + compiled.rect["height"]
+    assert bottom - top > 0.6 * frame["height"], "the data fills the chart's height"
+    screenshot(browser, artifacts, "6-long-session")
+
+    # The same strategy has the same colour in another session, whatever fired first there.
+    browser.get(proxy.url + "/ui/sessions/other")
+    other = legend_colors(browser)
+    assert other == {s: legend[s] for s in ("tiered", "traceback")}
+    assert len(set(legend.values())) == 4, legend  # four strategies, four colours
+    for strategy in other:
+        circle = browser.find_element(By.CSS_SELECTOR, f".marker[data-phases^='{strategy}'] circle")
+        fill = browser.execute_script("return getComputedStyle(arguments[0]).fill", circle)
+        assert fill == legend[strategy]
+    screenshot(browser, artifacts, "7-other-session")
+
+
+# A system prompt bigger than an 8,000-token window: compaction keeps it whole, so no view fits.
+HUGE_SYSTEM = {"role": "system", "content": "Never run gcc -O2 -Wall main.c util.c. " * 1200}
+
+
+def test_browser_shows_refusals_retries_and_failures_apart(
+    browser: Any, artifacts: Path, start_proxy, settings_for, upstream_url: str, script
+) -> None:
+    import openai
+    from selenium.webdriver.common.by import By
+
+    proxy: ServerThread = start_proxy(small_window(settings_for, upstream_url))
+    sdk = openai.OpenAI(
+        base_url=proxy.url + "/v1",
+        api_key="x",
+        default_headers={"X-Session-Id": "trouble"},
+        max_retries=2,
+    )
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Read the build log."}]
+    answer = sdk.chat.completions.create(model="echo", messages=history)  # 1: answered
+    history.append({"role": "assistant", "content": answer.choices[0].message.content})
+    history.append({"role": "user", "content": "Here are the rules for reading it."})
+    # 2: refused: a system prompt (kept whole, always) bigger than the window.
+    with pytest.raises(openai.BadRequestError):
+        sdk.chat.completions.create(model="echo", messages=[HUGE_SYSTEM, *history])
+    history[-1] = {"role": "user", "content": "Just the summary, then."}
+    with pytest.raises(openai.InternalServerError):  # 3, 4, 5: a 503 the SDK retries twice
+        sdk.chat.completions.create(model="fail-503", messages=history)
+
+    # The list: one session named by its first message, 3 turns, 5 requests, 2 retries,
+    # 4 failed; tokens saved over the one answered request, original before compiled.
+    browser.get(proxy.url + "/ui/")
+    row = browser.find_element(By.CSS_SELECTOR, "tr[data-session='trouble']")
+    assert row.find_element(By.CSS_SELECTOR, "td.session a").text == "Read the build log."
+    assert row.find_element(By.CSS_SELECTOR, ".turns").text == "3"
+    assert row.find_element(By.CSS_SELECTOR, ".requests").text == "5 · 2 retries 4 failed"
+    first = httpx.get(proxy.url + "/sessions/trouble/exchanges/1").json()["exchange"]
+    tokens = row.find_element(By.CSS_SELECTOR, ".tokens").text
+    assert tokens == f"{first['tokens_original']:,} → {first['tokens_compiled']:,}"
+    screenshot(browser, artifacts, "8-sessions-with-failures")
+
+    # The session: failed requests are crosses on the chart, tagged in the table.
+    row.find_element(By.CSS_SELECTOR, "td.session a").click()
+    crosses = browser.find_elements(By.CSS_SELECTOR, "svg#chart .failure")
+    assert [c.get_attribute("data-turn") for c in crosses] == ["2", "3", "4", "5"]
+    statuses = [
+        r.find_element(By.CSS_SELECTOR, "td:nth-child(4)").text
+        for r in browser.find_elements(By.CSS_SELECTOR, "table.turns tbody tr")
+    ]
+    assert statuses == [
+        "200",
+        "400 refused",
+        "503 failed",
+        "503 failed retry of 3",
+        "503 failed retry of 3",
+    ]
+    screenshot(browser, artifacts, "9-session-with-failures")
+
+    # The refused request: why, with the figures, and what was too big; nothing "dropped".
+    browser.get(proxy.url + "/ui/sessions/trouble/exchanges/2")
+    alert = browser.find_element(By.CSS_SELECTOR, "section.refused")
+    detail = httpx.get(proxy.url + "/sessions/trouble/exchanges/2").json()["exchange"]
+    assert detail["tokens_original"] >= detail["tokens_compiled"] > 8000 > detail["budget"] > 0
+    assert "Refused: too big for the model's window" in alert.text
+    assert "Nothing was sent upstream" in alert.text
+    assert f"needs {detail['tokens_compiled']:,} tokens" in " ".join(alert.text.split())
+    assert f"budget for the prompt is {detail['budget']:,}" in alert.text
+    biggest = alert.find_element(By.CSS_SELECTOR, "table.largest tbody tr")
+    assert biggest.text.startswith("#0 system") and "dropped" not in browser.page_source
+    assert {
+        r.get_attribute("data-status") for r in browser.find_elements(By.CSS_SELECTOR, ".msg-row")
+    } == {"unsent"}
+    assert "refused before anything was sent upstream" in browser.page_source
+    screenshot(browser, artifacts, "10-refused")
+
+    # The newest request links no next one, and a link past it is a page, not JSON.
+    browser.get(proxy.url + "/ui/sessions/trouble/exchanges/5")
+    siblings = browser.find_element(By.CSS_SELECTOR, "nav.siblings")
+    assert "request 6" not in siblings.text and "the newest request" in siblings.text
+    browser.get(proxy.url + "/ui/sessions/trouble/exchanges/6")
+    assert browser.find_element(By.TAG_NAME, "h1").text == "No request 6 in this session"
+    screenshot(browser, artifacts, "11-no-such-request")
+    browser.find_element(By.LINK_TEXT, "the last one, request 5").click()
+    assert "Request 5" in browser.find_element(By.TAG_NAME, "h1").text
+    screenshot(browser, artifacts, "12-newest-request")
+    missing = httpx.get(proxy.url + "/ui/sessions/trouble/exchanges/6")
+    assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")

@@ -138,7 +138,10 @@ def test_a_session_and_its_raw_history(api: TestClient, filled: dict[str, Any]) 
 def test_an_exchange_shows_the_request_beside_the_compiled_one(
     api: TestClient, filled: dict[str, Any]
 ) -> None:
-    rows = api.get("/sessions/agent/exchanges").json()
+    page = api.get("/sessions/agent/exchanges").json()
+    rows = page["data"]
+    assert (page["total"], page["limit"], page["offset"], page["has_more"]) == (3, 1000, 0, False)
+    assert api.get("/sessions/agent/exchanges?limit=2").json()["has_more"] is True
     assert [r["seq"] for r in rows] == [1, 2, 3]
     assert [r["phases"] for r in rows] == [[], ["traceback"], []]
     assert rows[2]["stream"] is True and rows[0]["status"] == 200

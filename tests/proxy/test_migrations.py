@@ -116,7 +116,9 @@ def test_ctxproxy_migrate_upgrades_the_configured_database(
     config = tmp_path / "config.yaml"
     config.write_text(f"database_url: sqlite:///{tmp_path / 'cmd.db'}\n")
     assert main(["--config", str(config), "migrate"]) == 0
-    assert "up to date" in capsys.readouterr().out
+    assert capsys.readouterr().out == f"ctxproxy: database {tmp_path / 'cmd.db'} (created)\n"
     store = Store(f"sqlite:///{tmp_path / 'cmd.db'}")
     assert not store.needs_upgrade()
     store.close()
+    assert main(["--config", str(config), "migrate"]) == 0
+    assert capsys.readouterr().out.endswith("cmd.db (up to date)\n")

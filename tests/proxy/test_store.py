@@ -324,6 +324,44 @@ def test_sessions_are_listed_newest_first_with_totals(store: Store) -> None:
     ]
 
 
+def test_retries_and_failures_are_counted_apart_from_turns(store: Store) -> None:
+    """One user message, an SDK retrying it after failures, then one more turn: 2 turns."""
+    first = [
+        user("Summarise   the\nlogs of build 12, then the logs of build 13 and compare them " * 2)
+    ]
+    for status in (502, 502, 200):
+        ref = record(store, first, tokens_original=1000, tokens_compiled=400)
+        finish(store, ref, assistant("done") if status == 200 else None, status=status)
+    second = [*first, assistant("done"), user("and build 14?")]
+    finish(
+        store, record(store, second, tokens_original=1000, tokens_compiled=400), None, status=400
+    )
+    s = store.list_sessions().data[0]
+    assert (s.turns, s.totals.exchanges, s.totals.retries, s.totals.errors) == (2, 4, 2, 3)
+    # Tokens count the requests that did not fail: one answered, 1000 → 400.
+    assert (s.totals.tokens_original, s.totals.tokens_compiled) == (1000, 400)
+    assert s.title is not None and s.title.startswith("Summarise the logs of build 12, then")
+    assert len(s.title) == 80 and s.title.endswith("…")
+    rows = store.list_exchanges("s1") or []
+    assert [(x.seq, x.turn, x.retry_of) for x in rows] == [
+        (1, 1, None),
+        (2, 1, 1),
+        (3, 1, 1),
+        (4, 2, None),
+    ]
+    assert store.get_exchange("s1", 3).exchange.retry_of == 1  # type: ignore[union-attr]
+    page = store.page_exchanges("s1", limit=3)
+    assert page is not None and (page.total, page.has_more, len(page.data)) == (4, True, 3)
+    parts = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "look at this"}, {"type": "image_url"}],
+        }
+    ]
+    record(store, parts, session="img")
+    assert store.get_session("img").session.title == "look at this"  # type: ignore[union-attr]
+
+
 def test_messages_are_found_by_hash_or_unique_prefix(store: Store) -> None:
     msgs = [user(f"message {i}") for i in range(40)]
     record(store, msgs)
