@@ -89,7 +89,7 @@ def app_from_env() -> FastAPI:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

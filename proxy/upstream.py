@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import httpx
 
-from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable, sse_error
+from proxy.errors import BadRequest, ProxyError, UpstreamTimeout, UpstreamUnavailable, sse_error
 from proxy.settings import Upstream
 
 log = logging.getLogger("ctxproxy.upstream")
@@ -51,6 +51,13 @@ def is_event_stream(r: httpx.Response) -> bool:
     return "text/event-stream" in r.headers.get("content-type", "")
 
 
+def within_base(url: httpx.URL, upstream: Upstream) -> bool:
+    """Whether a URL built for an upstream stays under its base_url (httpx resolves `..`)."""
+    base = httpx.URL(upstream.base_url)
+    inside = url.raw_path.split(b"?")[0].startswith(base.raw_path.rstrip(b"/") + b"/")
+    return inside and (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port)
+
+
 def server_root(upstream: Upstream) -> str:
     """The server's root URL: llama.cpp's /props and Ollama's /api/* live beside /v1."""
     base = upstream.base_url
@@ -81,6 +88,8 @@ async def send(
         headers=headers,
         timeout=timeout_for(upstream),
     )
+    if not within_base(req.url, upstream):
+        raise BadRequest("Invalid path: it leaves the upstream's base URL", param="path")
     try:
         return await client.send(req, stream=stream)
     except httpx.TimeoutException:
