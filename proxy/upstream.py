@@ -14,16 +14,18 @@ from proxy.settings import Upstream
 
 log = logging.getLogger("ctxproxy.upstream")
 
-# Hop-by-hop and length headers are the transport's business, not the client's.
-_DROP_RESPONSE_HEADERS = {
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "content-length",
-    "content-encoding",
-    "server",
-    "date",
+# What of an upstream's answer headers reaches the client: its type and what a client acts on.
+# Cookies, hop-by-hop and length headers, server internals and forged X-Ctxproxy-* stay here.
+_PASSED_RESPONSE_HEADERS = {
+    "content-type",
+    "retry-after",
+    "x-request-id",
+    "request-id",
+    "openai-model",
+    "openai-processing-ms",
+    "openai-version",
 }
+_PASSED_RESPONSE_PREFIXES = ("x-ratelimit-",)
 
 
 def timeout_for(upstream: Upstream) -> httpx.Timeout:
@@ -44,7 +46,11 @@ def request_headers(upstream: Upstream) -> dict[str, str]:
 
 
 def response_headers(r: httpx.Response) -> dict[str, str]:
-    return {k: v for k, v in r.headers.items() if k.lower() not in _DROP_RESPONSE_HEADERS}
+    return {
+        k: v
+        for k, v in r.headers.items()
+        if k.lower() in _PASSED_RESPONSE_HEADERS or k.lower().startswith(_PASSED_RESPONSE_PREFIXES)
+    }
 
 
 def is_event_stream(r: httpx.Response) -> bool:
@@ -98,6 +104,21 @@ async def send(
         raise UpstreamUnavailable(
             f"Upstream '{upstream.name}' is unreachable: {type(exc).__name__}"
         ) from None
+
+
+async def read(r: httpx.Response, upstream: Upstream) -> bytes:
+    """The rest of a streamed response's body; one cut short or stalled becomes a 502 or 504."""
+    try:
+        return await r.aread()
+    except httpx.TimeoutException:
+        raise UpstreamTimeout(f"Upstream '{upstream.name}' stopped sending its answer") from None
+    except httpx.HTTPError as exc:
+        raise UpstreamUnavailable(
+            f"Upstream '{upstream.name}' cut its answer short: {type(exc).__name__}"
+        ) from None
+    finally:
+        with anyio.CancelScope(shield=True):
+            await r.aclose()
 
 
 async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:

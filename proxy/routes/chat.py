@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from proxy import observe, pairing
+from proxy import answers, observe, pairing
 from proxy import upstream as up
 from proxy.calibration import exact_prompt_tokens
 from proxy.compiler import Compiled, compile_request, message_budget
@@ -61,12 +61,12 @@ async def chat_completions(
         raise
     await turn.record(key, body, upstream.name, compiled)
     r = await turn.forward(upstream, sendable, compiled)
-    overflow = await _overflow_of(r)
+    overflow = await _overflow_of(r, turn, upstream)
     if overflow and compiled.budget is not None:
         # The upstream counted more than we estimated: learn from its figures, refit, retry once.
         compiled = await turn.refit(sendable, compiled, overflow)
         r = await turn.forward(upstream, sendable, compiled)
-        if again := await _overflow_of(r):
+        if again := await _overflow_of(r, turn, upstream):
             exc = ContextLengthExceeded(
                 again.prompt_tokens or compiled.tokens_compiled,
                 compiled.budget or 0,
@@ -82,17 +82,25 @@ async def chat_completions(
             up.response_headers(r) | headers,
             media_type="text/event-stream",
         )
-    await r.aread()
-    await r.aclose()
+    await _read_checked(r, turn, upstream, bool(chat.stream))
     await turn.finish_from_json(r)
     return Response(r.content, r.status_code, up.response_headers(r) | headers)
 
 
-async def _overflow_of(r: httpx.Response) -> Overflow | None:
+async def _read_checked(r: httpx.Response, turn: Turn, upstream: Any, stream: bool) -> None:
+    """Read the whole answer; one cut short, stalled or not a completion closes the record."""
+    try:
+        await up.read(r, upstream)
+        answers.check(r, upstream.name, stream)
+    except ProxyError as exc:
+        await turn.finish(status=exc.status, error=exc.body()["error"])
+        raise
+
+
+async def _overflow_of(r: httpx.Response, turn: Turn, upstream: Any) -> Overflow | None:
     if r.status_code < 400:
         return None
-    await r.aread()
-    await r.aclose()
+    await _read_checked(r, turn, upstream, False)
     return parse_overflow(r.status_code, r.content)
 
 
@@ -287,6 +295,8 @@ class Turn:
                         yield end_malformed(chunk, answer, upstream.name)
                         break
                     yield chunk
+            if not answer.done and answer.malformed is None:
+                yield end_unfinished(answer, upstream.name)
         finally:
             # Runs on a client disconnect too, where the task is being cancelled: shield the
             # write so the partial answer is still recorded.
@@ -309,6 +319,14 @@ def end_malformed(chunk: bytes, answer: StreamAssembler, upstream: str) -> bytes
     answer.error = exc.body()["error"]
     cut = chunk.find(bad) if bad else -1
     return (chunk[:cut] if cut > 0 else b"") + sse_error(exc)
+
+
+def end_unfinished(answer: StreamAssembler, upstream: str) -> bytes:
+    """The end of a stream the upstream closed without `data: [DONE]`: the client must not
+    take a cut answer for a whole one."""
+    exc = UpstreamInvalid(f"Upstream '{upstream}' ended its event stream without [DONE]")
+    answer.error = exc.body()["error"]
+    return b"\n\n" + sse_error(exc)
 
 
 def compilation_headers(compiled: Compiled) -> dict[str, str]:

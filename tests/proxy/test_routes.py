@@ -20,6 +20,7 @@ Handler = Callable[[httpx.Request], httpx.Response]
 def answer(request: httpx.Request) -> httpx.Response:
     body = json.loads(request.content) if request.content else {}
     data = {"upstream": str(request.url), "got": body, "auth": request.headers.get("authorization")}
+    data["choices"] = [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]
     return httpx.Response(
         200, content=json.dumps(data), headers={"content-type": "application/json"}
     )
