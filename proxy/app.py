@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from proxy.calibration import Calibration
 from proxy.errors import ProxyError, error_body
+from proxy.guard import HostGuard
 from proxy.observe import Metrics, RequestMetrics
 from proxy.routes import audit, chat, health, metrics, models, passthrough, ui
 from proxy.settings import Settings
@@ -64,6 +65,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app_metrics = Metrics()  # per app, not a global registry: tests build many apps
     app = FastAPI(title="ctxproxy", version="0.1.0", lifespan=lifespan)
     app.add_middleware(RequestMetrics, metrics=app_metrics)
+    app.add_middleware(HostGuard, allowed=settings.allowed_hosts)
     app.include_router(health.router)
     app.include_router(audit.router)
     app.include_router(chat.router)

@@ -102,6 +102,8 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./ctxproxy.db"
     api_keys: list[str] = []
     admin_key: str | None = None
+    # Host names clients may use besides IP addresses and localhost (DNS rebinding guard).
+    allowed_hosts: list[str] = []
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     upstreams: list[Upstream] = [
         Upstream(name="local", kind="llamacpp", base_url="http://127.0.0.1:8081/v1")

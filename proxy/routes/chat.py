@@ -19,7 +19,7 @@ from proxy import answers, observe, pairing
 from proxy import upstream as up
 from proxy.calibration import exact_prompt_tokens
 from proxy.compiler import Compiled, compile_request, message_budget
-from proxy.deps import ClientAuth, JsonBody, ServicesDep
+from proxy.deps import ClientAuth, JsonBody, ServicesDep, client_key_id
 from proxy.errors import (
     ContextLengthExceeded,
     ModelNotFound,
@@ -50,7 +50,8 @@ async def chat_completions(
     if upstream is None:
         raise ModelNotFound(chat.model)
     turn = Turn(services, started, upstream.name, chat.model)
-    key = identify(request.headers.get("x-session-id"), session, body)
+    owner = client_key_id(request, services)
+    key = identify(request.headers.get("x-session-id"), session, body, owner)
     window = await services.windows.window(upstream, chat.model)
     factor = services.calibration.factor(upstream.name, chat.model)
     try:
@@ -225,6 +226,7 @@ class Turn:
             self.store.record_request,
             key.id,
             source=key.source,
+            key_id=key.owner,
             messages=body["messages"],
             request={k: v for k, v in body.items() if k != "messages"},
             model=body["model"],

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from proxy import upstream as up
-from proxy.deps import ClientAuth, ServicesDep, read_body
+from proxy.deps import ClientAuth, ServicesDep, read_body, require_json
 from proxy.errors import BadRequest, MethodNotAllowed, ModelNotFound, NotFound
 from proxy.paths import FORWARDED_METHODS, forwardable
 
@@ -27,6 +27,8 @@ async def passthrough(
     if request.method not in FORWARDED_METHODS:
         allow = ", ".join(FORWARDED_METHODS)
         raise MethodNotAllowed(f"{request.method} is not forwarded; use {allow}", allow=allow)
+    if request.method == "POST":
+        require_json(request)
     raw = await read_body(request, services.settings.max_body_bytes)
     model = _model_of(raw) if raw else None
     settings = services.settings

@@ -76,6 +76,7 @@ class Store:
         source: str,
         messages: list[dict[str, Any]],
         request: dict[str, Any],
+        key_id: str | None = None,
         model: str,
         upstream: str,
         stream: bool,
@@ -96,7 +97,7 @@ class Store:
 
         def work(s: Session) -> RequestRef:
             now = utcnow()
-            seq = _next_seq(s, session_id, source, model, now)
+            seq = _next_seq(s, session_id, source, model, now, key_id)
             leaf, added = history.extend(s, session_id, messages, raw, now)
             x = ExchangeRow(
                 session_id=session_id,
@@ -116,6 +117,7 @@ class Store:
                 new_messages=added,
                 compiled=view,
                 partial=False,
+                key_id=key_id,
             )
             s.add(x)
             s.flush()
@@ -244,8 +246,13 @@ class Store:
         with Session(self.engine) as s, s.begin():
             return query(s)
 
-    def list_sessions(self, limit: int = 50, offset: int = 0) -> SessionPage:
-        return self._read(lambda s: reads.list_sessions(s, limit, offset))
+    def list_sessions(
+        self, limit: int = 50, offset: int = 0, key_id: str | None = None
+    ) -> SessionPage:
+        return self._read(lambda s: reads.list_sessions(s, limit, offset, key_id))
+
+    def session_owner(self, session_id: str) -> tuple[bool, str | None]:
+        return self._read(lambda s: reads.session_owner(s, session_id))
 
     def get_session(self, session_id: str) -> SessionDetail | None:
         return self._read(lambda s: reads.get_session(s, session_id))
@@ -262,17 +269,28 @@ class Store:
     def get_exchange(self, session_id: str, seq: int) -> ExchangeDetail | None:
         return self._read(lambda s: reads.get_exchange(s, session_id, seq))
 
-    def get_message(self, hash_or_prefix: str) -> StoredMessage | None:
-        """By full hash or unique prefix; raises AmbiguousPrefix if several match."""
-        return self._read(lambda s: reads.get_message(s, hash_or_prefix))
+    def get_message(self, hash_or_prefix: str, key_id: str | None = None) -> StoredMessage | None:
+        """By full hash or unique prefix; raises AmbiguousPrefix if several match. With
+        `key_id`, only a message that key's own sessions hold."""
+
+        def query(s: Session) -> StoredMessage | None:
+            found = reads.get_message(s, hash_or_prefix)
+            if found is None or key_id is None or reads.message_seen_by(s, found.hash, key_id):
+                return found
+            return None
+
+        return self._read(query)
 
     def stats(self) -> Stats:
         return self._read(reads.stats)
 
 
-def _next_seq(s: Session, session_id: str, source: str, model: str, now: Any) -> int:
+def _next_seq(
+    s: Session, session_id: str, source: str, model: str, now: Any, key_id: str | None
+) -> int:
     row = {
         "id": session_id,
+        "key_id": key_id,
         "created_at": now,
         "updated_at": now,
         "source": source,

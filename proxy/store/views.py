@@ -106,6 +106,7 @@ class ExchangeSummary:
     prompt_tokens: int | None
     completion_tokens: int | None
     cached_tokens: int | None
+    key_id: str | None = None  # the client key's id (a hash), when api_keys is set
 
 
 @dataclass(frozen=True)

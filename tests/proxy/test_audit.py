@@ -14,6 +14,8 @@ from proxy.settings import Settings
 from proxy.store import Store
 from strategies.base import message_hash, original_ref
 
+LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
+
 SYSTEM = {"role": "system", "content": "be brief"}
 EVENT = {
     "strategy": "traceback",
@@ -104,7 +106,9 @@ def filled(db_url: str) -> Iterator[dict[str, Any]]:
 
 
 def client_for(db_url: str, *, client: tuple[str, int] = LOOPBACK, **settings: Any) -> TestClient:
-    return TestClient(create_app(Settings(database_url=db_url, **settings)), client=client)
+    return TestClient(
+        create_app(Settings(database_url=db_url, **settings)), client=client, base_url=LOCAL
+    )
 
 
 @pytest.fixture

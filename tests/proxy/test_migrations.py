@@ -18,7 +18,7 @@ from proxy.store import Store
 from proxy.store.models import Base
 from tests.postgres import postgres_database
 
-TABLES = {"sessions", "messages", "entries", "exchanges", "exchange_messages"}
+TABLES = {"sessions", "messages", "entries", "exchanges", "exchange_messages", "instances"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -46,7 +46,7 @@ def test_upgrade_from_empty_matches_the_models_and_round_trips(url: str) -> None
     assert store.needs_upgrade() and tables(store.engine) == set()
     store.upgrade()
     assert tables(store.engine) == TABLES
-    assert migrations.current(store.engine) == migrations.heads() == {"0001"}
+    assert migrations.current(store.engine) == migrations.heads() == {"0003"}
     assert differences(store.engine) == []
 
     migrations.downgrade(store.engine, "base")
