@@ -18,6 +18,7 @@ from proxy.calibration import Calibration
 from proxy.errors import ProxyError, error_body
 from proxy.guard import HostGuard
 from proxy.observe import Metrics, RequestMetrics
+from proxy.pools import UpstreamPools
 from proxy.routes import audit, chat, health, metrics, models, passthrough, ui
 from proxy.settings import Settings
 from proxy.store import Store
@@ -46,9 +47,9 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         store = Store(settings.database_url)
         if await run_in_threadpool(store.needs_upgrade):
             await run_in_threadpool(store.upgrade)
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        pools = transport or UpstreamPools(settings.upstreams)
         try:
-            async with httpx.AsyncClient(transport=transport, limits=limits) as client:
+            async with httpx.AsyncClient(transport=pools) as client:
                 app.state.services = Services(
                     settings=settings,
                     client=client,

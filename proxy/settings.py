@@ -32,6 +32,10 @@ class Upstream(_Strict):
     tokenizer: Literal["tiktoken", "upstream"] = "tiktoken"
     connect_timeout: float = Field(5.0, gt=0)
     read_timeout: float = Field(600.0, gt=0)
+    # The whole answer, streamed or not: a server that trickles bytes or keep-alive comments
+    # cannot hold a request (and its connection) longer than this.
+    total_timeout: float = Field(1800.0, gt=0)
+    max_connections: int = Field(128, gt=0)  # this server's own pool
     discovery_ttl: float = Field(300.0, ge=0)
 
     @field_validator("base_url")

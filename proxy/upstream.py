@@ -96,8 +96,18 @@ async def send(
     )
     if not within_base(req.url, upstream):
         raise BadRequest("Invalid path: it leaves the upstream's base URL", param="path")
+    deadline = anyio.current_time() + upstream.total_timeout
+    req.extensions[DEADLINE] = deadline
     try:
-        return await client.send(req, stream=stream)
+        with anyio.fail_after(upstream.total_timeout):
+            return await client.send(req, stream=stream)
+    except TimeoutError:
+        raise over_deadline(upstream) from None
+    except httpx.PoolTimeout:
+        raise UpstreamTimeout(
+            f"Upstream '{upstream.name}' is busy: all {upstream.max_connections} of its "
+            "connections are in use"
+        ) from None
     except httpx.TimeoutException:
         raise UpstreamTimeout(f"Upstream '{upstream.name}' did not answer in time") from None
     except httpx.HTTPError as exc:
@@ -106,10 +116,28 @@ async def send(
         ) from None
 
 
+DEADLINE = "ctxproxy_deadline"  # request extension: when the whole answer must have ended
+
+
+def over_deadline(upstream: Upstream) -> UpstreamTimeout:
+    return UpstreamTimeout(
+        f"Upstream '{upstream.name}' did not finish its answer within "
+        f"total_timeout ({upstream.total_timeout:g} s)"
+    )
+
+
+def remaining(r: httpx.Response) -> float:
+    deadline = r.request.extensions.get(DEADLINE)
+    return float("inf") if deadline is None else deadline - anyio.current_time()
+
+
 async def read(r: httpx.Response, upstream: Upstream) -> bytes:
     """The rest of a streamed response's body; one cut short or stalled becomes a 502 or 504."""
     try:
-        return await r.aread()
+        with anyio.fail_after(max(0.0, remaining(r))):
+            return await r.aread()
+    except TimeoutError:
+        raise over_deadline(upstream) from None
     except httpx.TimeoutException:
         raise UpstreamTimeout(f"Upstream '{upstream.name}' stopped sending its answer") from None
     except httpx.HTTPError as exc:
@@ -125,6 +153,9 @@ async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they arrive; a failure mid-stream ends in an SSE error."""
     try:
         async for chunk in r.aiter_raw():
+            if remaining(r) < 0:  # a trickle, or keep-alive comments that never end
+                yield sse_error(over_deadline(upstream))
+                return
             yield chunk
     except httpx.TimeoutException:
         yield sse_error(UpstreamTimeout(f"Upstream '{upstream.name}' stalled mid-stream"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -20,6 +20,7 @@ from proxy import upstream as up
 from proxy.calibration import exact_prompt_tokens
 from proxy.compiler import Compiled, compile_request, message_budget
 from proxy.deps import ClientAuth, JsonBody, ServicesDep, client_key_id
+from proxy.disconnect import ClientClosed, unless_disconnected
 from proxy.errors import (
     ContextLengthExceeded,
     ModelNotFound,
@@ -35,6 +36,7 @@ from proxy.store import RequestRef
 
 router = APIRouter(dependencies=[ClientAuth])
 log = logging.getLogger("ctxproxy.chat")
+T = TypeVar("T")
 
 
 @router.post("/v1/chat/completions", openapi_extra=chat_openapi())
@@ -61,12 +63,12 @@ async def chat_completions(
         await turn.finish(status=exc.status, error=exc.body()["error"])
         raise
     await turn.record(key, body, upstream.name, compiled)
-    r = await turn.forward(upstream, sendable, compiled)
+    r = await _unless_gone(request, turn, turn.forward(upstream, sendable, compiled))
     overflow = await _overflow_of(r, turn, upstream)
     if overflow and compiled.budget is not None:
         # The upstream counted more than we estimated: learn from its figures, refit, retry once.
         compiled = await turn.refit(sendable, compiled, overflow)
-        r = await turn.forward(upstream, sendable, compiled)
+        r = await _unless_gone(request, turn, turn.forward(upstream, sendable, compiled))
         if again := await _overflow_of(r, turn, upstream):
             exc = ContextLengthExceeded(
                 again.prompt_tokens or compiled.tokens_compiled,
@@ -83,9 +85,19 @@ async def chat_completions(
             up.response_headers(r) | headers,
             media_type="text/event-stream",
         )
-    await _read_checked(r, turn, upstream, bool(chat.stream))
+    await _unless_gone(request, turn, _read_checked(r, turn, upstream, bool(chat.stream)))
     await turn.finish_from_json(r)
     return Response(r.content, r.status_code, up.response_headers(r) | headers)
+
+
+async def _unless_gone(request: Request, turn: Turn, work: Awaitable[T]) -> T:
+    """`work`, given up when the client disconnects: the upstream request is cancelled too."""
+    try:
+        return await unless_disconnected(request, work)
+    except ClientClosed as exc:
+        with anyio.CancelScope(shield=True):
+            await turn.finish(status=exc.status, error=exc.body()["error"])
+        raise
 
 
 async def _read_checked(r: httpx.Response, turn: Turn, upstream: Any, stream: bool) -> None:
