@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 from proxy.calibration import Calibration
 from proxy.errors import ProxyError, error_body
 from proxy.guard import HostGuard
+from proxy.liveness import Liveness
 from proxy.observe import Metrics, RequestMetrics
 from proxy.pools import UpstreamPools
 from proxy.routes import audit, chat, health, metrics, models, passthrough, ui
@@ -47,6 +48,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         store = Store(settings.database_url)
         if await run_in_threadpool(store.needs_upgrade):
             await run_in_threadpool(store.upgrade)
+        liveness = Liveness(store)
+        await run_in_threadpool(liveness.start)
         pools = transport or UpstreamPools(settings.upstreams)
         try:
             async with httpx.AsyncClient(transport=pools) as client:
@@ -61,6 +64,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
                 )
                 yield
         finally:
+            await run_in_threadpool(liveness.stop)
             store.close()
 
     app_metrics = Metrics()  # per app, not a global registry: tests build many apps

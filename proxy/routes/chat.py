@@ -29,6 +29,7 @@ from proxy.errors import (
     sse_error,
 )
 from proxy.overflow import Overflow, parse_overflow
+from proxy.progress import Progress
 from proxy.protocol import chat_openapi, parse_chat
 from proxy.sessions import identify
 from proxy.sse import StreamAssembler
@@ -300,6 +301,7 @@ class Turn:
 
     async def relay(self, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
         answer, first = StreamAssembler(), None
+        progress = Progress(self.store, self.ref)
         try:
             async with aclosing(up.relay(r, upstream)) as chunks:
                 async for chunk in chunks:
@@ -309,6 +311,7 @@ class Turn:
                         yield end_malformed(chunk, answer, upstream.name)
                         break
                     yield chunk
+                    await progress.saw(answer)
             if not answer.done and answer.malformed is None:
                 yield end_unfinished(answer, upstream.name)
         finally:

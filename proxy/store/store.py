@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import delete, exists, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import history, reads
+from proxy.store import history, liveness, reads
 from proxy.store.engine import Writer, insert_ignore, make_engine
 from proxy.store.models import (
     CompiledRef,
@@ -41,6 +41,7 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self._writer = Writer(self.engine)
+        self.instance: str | None = None  # this process's InstanceRow id, once registered
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -118,6 +119,7 @@ class Store:
                 compiled=view,
                 partial=False,
                 key_id=key_id,
+                owner=self.instance,
             )
             s.add(x)
             s.flush()
@@ -217,6 +219,65 @@ class Store:
             )
 
         self._writer.run(work)
+
+    def save_progress(self, ref: RequestRef, answer: dict[str, Any]) -> None:
+        """The answer streamed so far, kept on the open exchange in case this process dies."""
+        self._writer.run(
+            lambda s: s.execute(
+                update(ExchangeRow)
+                .where(ExchangeRow.id == ref.exchange_id, ExchangeRow.status.is_(None))
+                .values(progress=answer)
+            )
+        )
+
+    # --- processes and the exchanges they leave open ----------------------------------------
+
+    def register_instance(self, instance: str, host: str, pid: int) -> None:
+        self._writer.run(lambda s: liveness.register(s, instance, host, pid, utcnow()))
+        self.instance = instance
+
+    def heartbeat(self) -> None:
+        if self.instance is not None:
+            instance = self.instance
+            self._writer.run(lambda s: liveness.beat(s, instance, utcnow()))
+
+    def close_dead(self, host: str, stale: float, *, orphans: bool = False) -> int:
+        """Close the open exchanges of dead instances (and, with `orphans`, of no live one) as
+        interrupted, keeping the answer streamed so far; forget the dead. Returns how many."""
+        dead = self._read(lambda s: liveness.dead(s, host, utcnow(), stale))
+        dead = [d for d in dead if d != self.instance]
+        closed = self.close_interrupted(dead)
+        if orphans:
+            closed += self.close_interrupted(None)
+        if dead:
+            self._writer.run(lambda s: liveness.forget(s, dead))
+        return closed
+
+    def close_interrupted(self, owners: list[str] | None) -> int:
+        if owners == []:
+            return 0
+        found = self._read(lambda s: liveness.open_exchanges(s, owners))
+        for ref, progress, created in found:
+            started = reads.aware(created)
+            self.finish_exchange(
+                ref,
+                status=200 if progress else 500,
+                latency_ms=(utcnow() - started).total_seconds() * 1000,
+                ttft_ms=None,
+                response=progress,
+                partial=bool(progress),
+                usage=None,
+                error=dict(liveness.INTERRUPTED),
+            )
+        return len(found)
+
+    def retire(self) -> None:
+        """At a clean stop: close what this process left open, and leave the instance list."""
+        if self.instance is None:
+            return
+        instance, self.instance = self.instance, None
+        self.close_interrupted([instance])
+        self._writer.run(lambda s: liveness.forget(s, [instance]))
 
     def delete_session(self, session_id: str) -> bool:
         """Remove a session, its history and exchanges, and messages nothing else uses."""
