@@ -11,11 +11,13 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from proxy import openapi
 from proxy.calibration import Calibration
-from proxy.errors import ProxyError, error_body
+from proxy.errors import ProxyError, StorageUnavailable, error_body
 from proxy.guard import HostGuard
 from proxy.liveness import Liveness
 from proxy.observe import Metrics, RequestMetrics
@@ -79,6 +81,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(ui.router)
     app.include_router(metrics.router)
     _install_error_handlers(app)
+    openapi.install(app)
     return app
 
 
@@ -115,6 +118,17 @@ def _install_error_handlers(app: FastAPI) -> None:
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )
+
+    @app.exception_handler(OperationalError)
+    async def storage(request: Request, exc: OperationalError) -> JSONResponse:
+        # Disk full, database gone: the write's transaction rolled back, so what is stored is
+        # consistent; the client may retry once the operator has made room.
+        log.error("database unavailable on %s %s: %s", request.method, request.url.path, exc.orig)
+        err = StorageUnavailable(
+            "ctxproxy cannot write to its database (disk full or database unavailable); "
+            "nothing of this request was stored. Retry later."
+        )
+        return JSONResponse(err.body(), status_code=err.status, headers={"retry-after": "10"})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -10,7 +10,9 @@ ProxyError
  ├── PayloadTooLarge          413
  ├── UnsupportedMediaType     415 code=unsupported_media_type
  ├── UpstreamUnavailable      502 upstream_error
- │    └── UpstreamInvalid        502 code=upstream_invalid_response
+ │    ├── UpstreamInvalid        502 code=upstream_invalid_response
+ │    └── UpstreamTooLarge       502 code=upstream_response_too_large
+ ├── StorageUnavailable       503 code=storage_unavailable (disk full, database down)
  └── UpstreamTimeout          504 upstream_error
 """
 
@@ -112,6 +114,16 @@ class UpstreamUnavailable(ProxyError):
 
 class UpstreamInvalid(UpstreamUnavailable):
     code = "upstream_invalid_response"
+
+
+class UpstreamTooLarge(UpstreamUnavailable):
+    code = "upstream_response_too_large"
+
+
+class StorageUnavailable(ProxyError):
+    status = 503
+    type = "server_error"
+    code = "storage_unavailable"
 
 
 class UpstreamTimeout(ProxyError):

@@ -37,7 +37,10 @@ class Liveness:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        self.store.retire()
+        try:
+            self.store.retire()
+        except Exception:  # the database went first: the next start closes what is left
+            log.exception("closing this process's open exchanges failed")
 
     def _run(self) -> None:
         since_sweep = 0.0

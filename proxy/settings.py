@@ -36,6 +36,7 @@ class Upstream(_Strict):
     # cannot hold a request (and its connection) longer than this.
     total_timeout: float = Field(1800.0, gt=0)
     max_connections: int = Field(128, gt=0)  # this server's own pool
+    max_response_bytes: int = Field(64 * 1024 * 1024, gt=0)  # a bigger answer is a 502
     discovery_ttl: float = Field(300.0, ge=0)
 
     @field_validator("base_url")

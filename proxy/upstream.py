@@ -9,7 +9,14 @@ from typing import Any
 import anyio
 import httpx
 
-from proxy.errors import BadRequest, ProxyError, UpstreamTimeout, UpstreamUnavailable, sse_error
+from proxy.errors import (
+    BadRequest,
+    ProxyError,
+    UpstreamTimeout,
+    UpstreamTooLarge,
+    UpstreamUnavailable,
+    sse_error,
+)
 from proxy.settings import Upstream
 
 log = logging.getLogger("ctxproxy.upstream")
@@ -131,11 +138,28 @@ def remaining(r: httpx.Response) -> float:
     return float("inf") if deadline is None else deadline - anyio.current_time()
 
 
+def too_large(upstream: Upstream) -> UpstreamTooLarge:
+    return UpstreamTooLarge(
+        f"Upstream '{upstream.name}' sent an answer over max_response_bytes "
+        f"({upstream.max_response_bytes} bytes)"
+    )
+
+
 async def read(r: httpx.Response, upstream: Upstream) -> bytes:
-    """The rest of a streamed response's body; one cut short or stalled becomes a 502 or 504."""
+    """The rest of a streamed response's body, at most max_response_bytes; one cut short,
+    stalled or too large becomes a 502 or 504. Read once; later calls return the same."""
+    if r.is_stream_consumed:
+        return r.content
     try:
         with anyio.fail_after(max(0.0, remaining(r))):
-            return await r.aread()
+            parts, size = [], 0
+            async for part in r.aiter_raw():
+                size += len(part)
+                if size > upstream.max_response_bytes:
+                    raise too_large(upstream)
+                parts.append(part)
+            r._content = b"".join(parts)  # what aread() would have set: r.content, r.json()
+            return r._content
     except TimeoutError:
         raise over_deadline(upstream) from None
     except httpx.TimeoutException:
@@ -151,10 +175,15 @@ async def read(r: httpx.Response, upstream: Upstream) -> bytes:
 
 async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they arrive; a failure mid-stream ends in an SSE error."""
+    size = 0
     try:
         async for chunk in r.aiter_raw():
+            size += len(chunk)
             if remaining(r) < 0:  # a trickle, or keep-alive comments that never end
                 yield sse_error(over_deadline(upstream))
+                return
+            if size > upstream.max_response_bytes:
+                yield sse_error(too_large(upstream))
                 return
             yield chunk
     except httpx.TimeoutException:

@@ -32,7 +32,8 @@ router = APIRouter(tags=["audit"], dependencies=[Depends(audit_viewer)])
 INT64_MAX = 2**63 - 1
 Limit = Annotated[int, Query(ge=1, le=1000)]
 Offset = Annotated[int, Query(ge=0, le=INT64_MAX)]
-Seq = Annotated[int, Path(ge=1, le=INT64_MAX)]
+# An exchange number is a 32-bit column: a bigger one is no exchange (and PostgreSQL's error).
+Seq = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ class Turn:
                 "POST",
                 "/chat/completions",
                 json=outgoing,
-                stream=bool(body.get("stream")),
+                stream=True,  # read by the route, within max_response_bytes
             )
         except ProxyError as exc:
             await self.finish(status=exc.status, error=exc.body()["error"])

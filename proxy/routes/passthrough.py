@@ -46,9 +46,7 @@ async def passthrough(
     )
     if up.is_event_stream(r):
         return StreamingResponse(up.relay(r, upstream), r.status_code, up.response_headers(r))
-    await r.aread()
-    await r.aclose()
-    return Response(r.content, r.status_code, up.response_headers(r))
+    return Response(await up.read(r, upstream), r.status_code, up.response_headers(r))
 
 
 def _model_of(raw: bytes) -> str | None:

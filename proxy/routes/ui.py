@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from proxy.access import Viewer, audit_viewer
 from proxy.deps import ServicesDep
 from proxy.errors import NotFound, Unauthorized
-from proxy.routes.audit import check_session
+from proxy.routes.audit import Seq, check_session
 from proxy.ui import chart, compare
 from strategies.base import message_hash
 
@@ -46,7 +46,8 @@ def require_viewer(request: Request, services: ServicesDep) -> Viewer:
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(require_viewer)])
 UiViewer = Annotated[Viewer, Depends(require_viewer)]
 
-Page = Annotated[int, Query(ge=1)]
+# Bounded, so that no page number turns into an offset the database cannot hold (a 500).
+Page = Annotated[int, Query(ge=1, le=2**31 - 1)]
 
 
 @cache
@@ -145,7 +146,7 @@ async def session_page(
 async def exchange_page(
     request: Request,
     session_id: str,
-    seq: int,
+    seq: Seq,
     services: ServicesDep,
     viewer: UiViewer,
     page: Page = 1,

@@ -234,5 +234,3 @@ def test_json_with_a_charset_or_a_json_suffix_is_fine(proxy: ServerThread) -> No
             proxy.url + "/v1/chat/completions", content=body, headers={"Content-Type": ctype}
         )
         assert r.status_code == 200, r.text
-
-

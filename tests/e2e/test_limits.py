@@ -11,18 +11,16 @@ import pytest
 
 from proxy.settings import Upstream
 from proxy.windows import Windows
-from tests.postgres import postgres_database
+from tests.conftest import proxy_on as serve_on
 
 HELLO = [{"role": "user", "content": "hi"}]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def proxy_on(request: pytest.FixtureRequest, start_proxy, settings_for, tmp_path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield start_proxy(settings_for()).url
-        return
-    with postgres_database("ctxproxy_limits") as url:
-        yield start_proxy(settings_for(database_url=url)).url
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def proxy_on(request: pytest.FixtureRequest, scripted_server, tmp_path_factory) -> Iterator[str]:
+    upstream_url = scripted_server[1].url + "/v1"
+    with serve_on(request.param, tmp_path_factory.mktemp("limits"), upstream_url) as url:
+        yield url
 
 
 @pytest.mark.parametrize(
@@ -32,11 +30,12 @@ def test_a_model_name_that_cannot_be_stored_is_400_on_every_database(
     proxy_on: str, model: str
 ) -> None:
     body = {"model": model, "messages": HELLO}
-    r = httpx.post(proxy_on + "/v1/chat/completions", json=body, timeout=10)
+    sid = {"X-Session-Id": f"refused-{len(model)}-{ord(model[-1])}"}
+    r = httpx.post(proxy_on + "/v1/chat/completions", json=body, headers=sid, timeout=10)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == "model" and "model name" in err["message"]
-    assert httpx.get(proxy_on + "/sessions", timeout=10).json()["total"] == 0
+    assert httpx.get(f"{proxy_on}/sessions/{sid['X-Session-Id']}").status_code == 404
 
 
 def test_the_longest_model_name_is_stored_on_every_database(proxy_on: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,9 @@ LOOPBACK = ("127.0.0.1", 50000)
 
 
 def fill(store: Store) -> dict[str, Any]:
-    """Session "agent": 3 finished turns, the second compacted; session "other": 1 pending."""
+    """Session "agent": 3 finished turns, the second compacted; session "other": 1 pending,
+    served by a live process (this one), so the app's start does not close it."""
+    store.register_instance("filler", socket.gethostname(), os.getpid())
     history: list[dict[str, Any]] = [SYSTEM]
     folded: dict[str, Any] = {}
     for turn in range(3):
