@@ -15,6 +15,29 @@ from typing import Any
 from tests.scripted import chunk, completion, sse
 
 OK = json.dumps(completion("m", "fine", {"messages": []})).encode()
+_TWO = completion("m", "first", {"messages": []})
+_TWO["choices"].append(
+    {"index": 1, "finish_reason": "stop", "message": {"role": "assistant", "content": "second"}}
+)
+TWO = json.dumps(_TWO).encode()
+TWO_EVENTS = (
+    b"".join(
+        sse(
+            {
+                **chunk("m", {"role": "assistant", "content": text}),
+                "choices": [
+                    {
+                        "index": i,
+                        "delta": {"role": "assistant", "content": text},
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
+        for i, text in ((0, "first"), (1, "second"), (0, " one"), (1, " two"))
+    )
+    + b"data: [DONE]\n\n"
+)
 
 
 def head(status: int, ctype: str, length: int | None, extra: str = "") -> bytes:
@@ -109,6 +132,11 @@ class RawUpstream:
         elif model == "no-done":  # a stream that ends cleanly but without [DONE]
             events = sse(chunk(model, {"role": "assistant", "content": "half"}))
             w.write(head(200, "text/event-stream", len(events)) + events)
+        elif model == "two-choices":
+            payload, ctype = (
+                (TWO_EVENTS, "text/event-stream") if stream else (TWO, "application/json")
+            )
+            w.write(head(200, ctype, len(payload)) + payload)
         elif model in ANSWERS:
             status, ctype, payload, extra = ANSWERS[model]
             w.write(head(status, ctype, len(payload), extra) + payload)

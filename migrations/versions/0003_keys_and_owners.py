@@ -1,5 +1,6 @@
 """Who made each exchange and which process serves it: the client key's id on sessions and
-exchanges, the serving process and its streamed-so-far answer on exchanges, live processes.
+exchanges, the serving process and its streamed-so-far answer on exchanges, live processes;
+the answers of choices beyond the first.
 
 Revision ID: 0003
 Revises: 0001
@@ -31,6 +32,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("key_id", KeyId, nullable=True))
         batch.add_column(sa.Column("owner", Owner, nullable=True))
         batch.add_column(sa.Column("progress", sa.JSON(), nullable=True))
+        batch.add_column(sa.Column("choices", sa.JSON(), nullable=True))
         batch.create_index(op.f("ix_exchanges_owner"), ["owner"])
     op.create_table(
         "instances",
@@ -47,6 +49,7 @@ def downgrade() -> None:
     op.drop_table("instances")
     with op.batch_alter_table("exchanges") as batch:
         batch.drop_index(op.f("ix_exchanges_owner"))
+        batch.drop_column("choices")
         batch.drop_column("progress")
         batch.drop_column("owner")
         batch.drop_column("key_id")

@@ -32,7 +32,7 @@ from proxy.overflow import Overflow, parse_overflow
 from proxy.progress import Progress
 from proxy.protocol import chat_openapi, parse_chat
 from proxy.sessions import identify
-from proxy.sse import StreamAssembler
+from proxy.sse import MAX_CHOICES, StreamAssembler
 from proxy.store import RequestRef
 
 router = APIRouter(dependencies=[ClientAuth])
@@ -263,6 +263,7 @@ class Turn:
         usage: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         first: float | None = None,
+        choices: list[dict[str, Any]] | None = None,
     ) -> None:
         if self.ref is None:
             return
@@ -280,6 +281,7 @@ class Turn:
             usage=usage,
             error=error,
             attempts=self.attempts or None,
+            choices=choices,
         )
         observe.exchange_finished(self, status, now, first, response, partial, error)
 
@@ -292,11 +294,13 @@ class Turn:
         choices = data.get("choices") or [{}]
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
         error = data.get("error") if r.status_code >= 400 else None
+        others = [c.get("message") for c in choices[1:MAX_CHOICES] if isinstance(c, dict)]
         await self.finish(
             status=r.status_code,
             response=message,
             usage=data.get("usage"),
             error=error if isinstance(error, dict) else None,
+            choices=others or None,
         )
 
     async def relay(self, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
@@ -325,6 +329,7 @@ class Turn:
                     partial=not answer.done or answer.error is not None,
                     error=answer.error,
                     first=first,
+                    choices=answer.other_messages(),
                 )
 
 

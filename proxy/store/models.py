@@ -135,6 +135,8 @@ class ExchangeRow(Base):
     # far: what a process that dies mid-answer leaves for the next start to close.
     owner: Mapped[str | None] = mapped_column(String(128), index=True)
     progress: Mapped[dict[str, Any] | None]
+    # With n > 1: the answers of choices 1, 2, … (choice 0 is the response, in the history).
+    choices: Mapped[list[Any] | None]
 
 
 class InstanceRow(Base):

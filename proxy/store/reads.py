@@ -278,6 +278,7 @@ def get_exchange(s: Session, session_id: str, seq: int) -> ExchangeDetail | None
         attempts=x.attempts,
         leaf_entry_id=x.leaf_entry_id,
         response_entry_id=x.response_entry_id,
+        choices=x.choices,
     )
 
 

@@ -170,8 +170,10 @@ class Store:
         usage: dict[str, Any] | None,
         error: dict[str, Any] | None,
         attempts: list[dict[str, Any]] | None = None,
+        choices: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Close an exchange; its answer (complete or partial) joins the session's history."""
+        """Close an exchange; its answer (complete or partial) joins the session's history,
+        the answers of further choices (n > 1) are kept beside it."""
         answer = message_hash(response) if response is not None else None
 
         def work(s: Session) -> None:
@@ -211,6 +213,8 @@ class Store:
                     usage=usage,
                     error=error,
                     attempts=attempts,
+                    choices=choices,
+                    progress=None,
                     **_usage_columns(usage),
                 )
             )

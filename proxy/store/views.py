@@ -123,6 +123,7 @@ class ExchangeDetail:
     attempts: list[dict[str, Any]] | None
     leaf_entry_id: int
     response_entry_id: int | None
+    choices: list[dict[str, Any]] | None = None  # with n > 1: the answers of choices 1, 2, …
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_faults import envelope, sse_event
+from tests.e2e.test_faults import envelope, sse_event, until
 from tests.rawupstream import RawUpstream
 from tests.servers import ServerThread
 
@@ -43,7 +43,15 @@ def post(url: str, model: str, sid: str, stream: bool) -> httpx.Response:
 
 
 def record(url: str, sid: str) -> dict[str, Any]:
-    return httpx.get(f"{url}/sessions/{sid}/exchanges/1", timeout=5).json()
+    """The exchange once closed (a stream's record closes just after its last byte)."""
+    found: dict[str, Any] = {}
+
+    def closed() -> bool:
+        found.update(httpx.get(f"{url}/sessions/{sid}/exchanges/1", timeout=5).json())
+        return found.get("exchange", {}).get("status") is not None
+
+    until(closed)
+    return found
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -112,3 +120,17 @@ def test_upstream_cookies_and_internal_headers_stay_behind(proxy: str, path: str
     assert "upstream-secret" not in str(r.headers)
     assert r.headers.get("x-ctxproxy-session") in (None, "leaky")
     assert r.headers["retry-after"] == "3" and r.headers["x-request-id"] == "req-42"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_choice_is_recorded_when_n_is_2(proxy: str, stream: bool) -> None:
+    sid = f"two-{stream}"
+    body = {"model": "two-choices", "messages": HELLO, "stream": stream, "n": 2}
+    r = httpx.post(
+        proxy + "/v1/chat/completions", json=body, headers={"X-Session-Id": sid}, timeout=10
+    )
+    assert r.status_code == 200
+    x = record(proxy, sid)
+    first, second = ("first one", "second two") if stream else ("first", "second")
+    assert x["response"]["content"] == first
+    assert [c["content"] for c in x["choices"]] == [second]
