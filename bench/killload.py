@@ -39,6 +39,7 @@ class Sent:
     text: str = ""
     done: bool = False
     dropped: bool = False  # the connection broke (the process was killed)
+    error: str = ""  # the body of an error status
 
 
 @dataclass
@@ -88,6 +89,9 @@ async def one(client: httpx.AsyncClient, url: str, sent: Sent) -> None:
             "POST", url + "/v1/chat/completions", json=body, headers=headers
         ) as r:
             sent.status = r.status_code
+            if r.status_code >= 400:
+                sent.error = (await r.aread())[:300].decode(errors="replace")
+                return
             if not sent.stream:
                 data = json.loads(await r.aread())
                 sent.text = data["choices"][0]["message"]["content"] if r.status_code == 200 else ""
@@ -199,6 +203,7 @@ def run(
         "dropped_by_kill": sum(s.dropped for s in log),
         "http_5xx": sum(1 for s in log if s.status is not None and s.status >= 500),
         **figures,
+        "errors": [f"{s.status} {s.error}" for s in log if s.error][:5],
     }
 
 
@@ -214,7 +219,9 @@ def main() -> int:
         args.processes, args.seconds, args.sessions, args.database_url, tuple(args.kill_every)
     )
     for name, value in result.items():
-        print(f"{name:<24}{value!s:>12}")
+        print(f"{name:<24}{value!s:>12}" if name != "errors" else "")
+    for error in result["errors"]:
+        print("error:", error)
     bad = result["records_lost"] + result["records_pending"] + result["partial_answers_lost"]
     return 1 if bad or result["http_5xx"] else 0
 

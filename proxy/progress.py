@@ -22,8 +22,8 @@ class Progress:
         self._last: float | None = None
 
     async def saw(self, answer: StreamAssembler) -> None:
-        """Called after each relayed chunk: writes the first text at once, then at most once
-        per interval. A failed write is logged; the stream goes on."""
+        """Called for each chunk before it is relayed: writes the first text at once, then at
+        most once per interval. A failed write is logged; the stream goes on."""
         if self.ref is None or not (answer.content or answer.tool_calls):
             return
         now = time.monotonic()

@@ -314,8 +314,8 @@ class Turn:
                     if answer.malformed is not None:
                         yield end_malformed(chunk, answer, upstream.name)
                         break
+                    await progress.saw(answer)  # before the client sees it: a kill loses none
                     yield chunk
-                    await progress.saw(answer)
             if not answer.done and answer.malformed is None:
                 yield end_unfinished(answer, upstream.name)
         finally:

@@ -34,6 +34,20 @@ def keyed(start_proxy, settings_for, database_url: str) -> ServerThread:
     return start_proxy(settings)
 
 
+@pytest.fixture(scope="module")
+def keyed_once(scripted_server, tmp_path_factory) -> Iterator[ServerThread]:
+    from proxy.app import create_app
+    from tests.conftest import make_settings
+
+    url = scripted_server[1].url + "/v1"
+    settings = make_settings(
+        tmp_path_factory.mktemp("keyed"), url, api_keys=[ALICE, BOB], admin_key=ADMIN
+    )
+    with ServerThread(create_app(settings)) as server:
+        chat(server.url, ALICE, LEAD)
+        yield server
+
+
 @pytest.fixture
 def on_postgres() -> Iterator[str]:
     with postgres_database("ctxproxy_keys") as url:
@@ -127,10 +141,8 @@ def two_sessions(keyed: ServerThread) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("path", ["/sessions", "/stats", "/metrics", "/ui", "/ui/"])
-def test_with_api_keys_loopback_needs_a_key_too(
-    keyed: ServerThread, two_sessions: dict[str, str], path: str
-) -> None:
-    r = httpx.get(keyed.url + path, timeout=10)
+def test_with_api_keys_loopback_needs_a_key_too(keyed_once: ServerThread, path: str) -> None:
+    r = httpx.get(keyed_once.url + path, timeout=10)
     assert r.status_code == 401, r.text
     if path.startswith("/ui"):  # a browser is asked for the key as a password
         assert r.headers["www-authenticate"].startswith("Basic")
@@ -166,14 +178,27 @@ def test_a_client_key_sees_only_its_own_sessions(
 # --- no keys configured: trust comes from a direct loopback connection only ------------------
 
 
-@pytest.fixture
-def behind_proxy(settings_for, script: Script) -> Iterator[ServerThread]:
+@pytest.fixture(scope="module")
+def behind_proxy(scripted_server, tmp_path_factory) -> Iterator[ServerThread]:
     """As run behind FORWARDED_ALLOW_IPS='*': uvicorn believes any X-Forwarded-For."""
     from proxy.app import create_app
+    from tests.conftest import make_settings
 
-    app = create_app(settings_for())
+    url = scripted_server[1].url + "/v1"
+    app = create_app(make_settings(tmp_path_factory.mktemp("behind"), url))
     with ServerThread(app, proxy_headers=True, forwarded_allow_ips="*") as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def plain(scripted_server, tmp_path_factory) -> Iterator[ServerThread]:
+    """No keys configured."""
+    from proxy.app import create_app
+    from tests.conftest import make_settings
+
+    url = scripted_server[1].url + "/v1"
+    with ServerThread(create_app(make_settings(tmp_path_factory.mktemp("plain"), url))) as s:
+        yield s
 
 
 @pytest.mark.parametrize(
@@ -189,7 +214,7 @@ def test_forwarded_headers_never_open_the_audit_api(
     behind_proxy: ServerThread, header: dict[str, str]
 ) -> None:
     url = behind_proxy.url
-    chat(url, "x", LEAD, headers={"X-Session-Id": "victim"})
+    chat(url, "x", LEAD, headers={"X-Session-Id": "victim"})  # the victim's session, stored
     for method, path in [("GET", "/sessions"), ("DELETE", "/sessions/victim"), ("GET", "/ui")]:
         r = httpx.request(method, url + path, headers=header, timeout=10)
         assert r.status_code == 403, (method, path, r.text)
@@ -197,7 +222,8 @@ def test_forwarded_headers_never_open_the_audit_api(
 
 
 @pytest.mark.parametrize("path", ["/sessions", "/ui", "/metrics", "/v1/models", "/healthz"])
-def test_a_foreign_host_header_is_refused(proxy: ServerThread, path: str) -> None:
+def test_a_foreign_host_header_is_refused(plain: ServerThread, path: str) -> None:
+    proxy = plain
     r = httpx.get(proxy.url + path, headers={"Host": "rebind.attacker.example"}, timeout=10)
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_host"
     for host in ("localhost:8080", "127.0.0.1", f"127.0.0.1:{proxy.port}", "[::1]:80"):
@@ -217,20 +243,20 @@ def test_allowed_hosts_adds_names(start_proxy, settings_for) -> None:
 )
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/embeddings"])
 def test_a_body_not_declared_json_is_refused(
-    proxy: ServerThread, script: Script, ctype: str | None, path: str
+    plain: ServerThread, script: Script, ctype: str | None, path: str
 ) -> None:
     body = b'{"model": "echo", "messages": [{"role": "user", "content": "hi"}], "input": "x"}'
-    headers = {"Content-Type": ctype} if ctype else {}
-    r = httpx.post(proxy.url + path, content=body, headers=headers, timeout=10)
+    headers = {"X-Session-Id": "csrf", **({"Content-Type": ctype} if ctype else {})}
+    r = httpx.post(plain.url + path, content=body, headers=headers, timeout=10)
     assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
     assert script.received == []
-    assert httpx.get(proxy.url + "/sessions", timeout=10).json()["total"] == 0
+    assert httpx.get(plain.url + "/sessions/csrf", timeout=10).status_code == 404
 
 
-def test_json_with_a_charset_or_a_json_suffix_is_fine(proxy: ServerThread) -> None:
+def test_json_with_a_charset_or_a_json_suffix_is_fine(plain: ServerThread) -> None:
     body = b'{"model": "echo", "messages": [{"role": "user", "content": "hi"}]}'
     for ctype in ("application/json; charset=utf-8", "application/vnd.api+json"):
         r = httpx.post(
-            proxy.url + "/v1/chat/completions", content=body, headers={"Content-Type": ctype}
+            plain.url + "/v1/chat/completions", content=body, headers={"Content-Type": ctype}
         )
         assert r.status_code == 200, r.text

@@ -33,11 +33,17 @@ class Recorder:
 _ALL = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
-@pytest.fixture
-def recorder() -> Iterator[tuple[Recorder, str]]:
+@pytest.fixture(scope="module")
+def recording() -> Iterator[tuple[Recorder, str]]:
     rec = Recorder()
     with ServerThread(rec.app) as server:
         yield rec, server.url
+
+
+@pytest.fixture
+def recorder(recording: tuple[Recorder, str]) -> tuple[Recorder, str]:
+    recording[0].seen.clear()
+    return recording
 
 
 def send(port: int, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
@@ -52,11 +58,16 @@ def send(port: int, method: str, path: str, body: Any = None) -> tuple[int, dict
     return r.status, json.loads(raw) if raw else {}
 
 
-@pytest.fixture
-def proxy_port(recorder, start_proxy, settings_for) -> int:
-    _, url = recorder
+@pytest.fixture(scope="module")
+def proxy_port(recording, tmp_path_factory) -> Iterator[int]:
+    from proxy.app import create_app
+    from tests.conftest import make_settings
+
+    _, url = recording
     upstream = {"name": "rec", "base_url": url + "/v1", "api_key": "operator-secret"}
-    return start_proxy(settings_for(upstreams=[upstream])).port
+    settings = make_settings(tmp_path_factory.mktemp("paths"), url, upstreams=[upstream])
+    with ServerThread(create_app(settings)) as server:
+        yield server.port
 
 
 CHAT_VARIANTS = [
