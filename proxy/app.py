@@ -11,12 +11,17 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from proxy import openapi
 from proxy.calibration import Calibration
-from proxy.errors import ProxyError, error_body
+from proxy.errors import ProxyError, StorageUnavailable, error_body
+from proxy.guard import HostGuard
+from proxy.liveness import Liveness
 from proxy.observe import Metrics, RequestMetrics
+from proxy.pools import UpstreamPools
 from proxy.routes import audit, chat, health, metrics, models, passthrough, ui
 from proxy.settings import Settings
 from proxy.store import Store
@@ -45,9 +50,11 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         store = Store(settings.database_url)
         if await run_in_threadpool(store.needs_upgrade):
             await run_in_threadpool(store.upgrade)
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        liveness = Liveness(store)
+        await run_in_threadpool(liveness.start)
+        pools = transport or UpstreamPools(settings.upstreams)
         try:
-            async with httpx.AsyncClient(transport=transport, limits=limits) as client:
+            async with httpx.AsyncClient(transport=pools) as client:
                 app.state.services = Services(
                     settings=settings,
                     client=client,
@@ -59,11 +66,13 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
                 )
                 yield
         finally:
+            await run_in_threadpool(liveness.stop)
             store.close()
 
     app_metrics = Metrics()  # per app, not a global registry: tests build many apps
     app = FastAPI(title="ctxproxy", version="0.1.0", lifespan=lifespan)
     app.add_middleware(RequestMetrics, metrics=app_metrics)
+    app.add_middleware(HostGuard, allowed=settings.allowed_hosts)
     app.include_router(health.router)
     app.include_router(audit.router)
     app.include_router(chat.router)
@@ -72,6 +81,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(ui.router)
     app.include_router(metrics.router)
     _install_error_handlers(app)
+    openapi.install(app)
     return app
 
 
@@ -89,7 +99,7 @@ def app_from_env() -> FastAPI:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -108,6 +118,17 @@ def _install_error_handlers(app: FastAPI) -> None:
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )
+
+    @app.exception_handler(OperationalError)
+    async def storage(request: Request, exc: OperationalError) -> JSONResponse:
+        # Disk full, database gone: the write's transaction rolled back, so what is stored is
+        # consistent; the client may retry once the operator has made room.
+        log.error("database unavailable on %s %s: %s", request.method, request.url.path, exc.orig)
+        err = StorageUnavailable(
+            "ctxproxy cannot write to its database (disk full or database unavailable); "
+            "nothing of this request was stored. Retry later."
+        )
+        return JSONResponse(err.body(), status_code=err.status, headers={"retry-after": "10"})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

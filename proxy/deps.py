@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from proxy.errors import PayloadTooLarge, Unauthorized
+from proxy.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from proxy.protocol import parse_json
 
 
@@ -49,6 +50,17 @@ def key_matches(given: str | None, allowed: list[str]) -> bool:
     return found
 
 
+def key_id(key: str) -> str:
+    """What is stored and shown for a client key: a short hash that names it, never the key."""
+    return "k" + hashlib.sha256(b"ctxproxy-key:" + key.encode()).hexdigest()[:16]
+
+
+def client_key_id(request: Request, services: ServicesDep) -> str | None:
+    """The id of the (already checked) client key, or None when api_keys is unset."""
+    token = bearer_token(request)
+    return key_id(token) if services.settings.api_keys and token else None
+
+
 def require_client_key(request: Request, services: ServicesDep) -> None:
     keys = services.settings.api_keys
     if keys and not key_matches(bearer_token(request), keys):
@@ -72,7 +84,20 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def require_json(request: Request) -> None:
+    """415 unless the body is declared JSON: a browser page can send text/plain, a form or no
+    type at all to another origin without asking first, but not application/json."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json" and not (
+        ctype.startswith("application/") and ctype.endswith("+json")
+    ):
+        raise UnsupportedMediaType(
+            f"Content-Type must be application/json, not '{ctype[:60] or 'none'}'"
+        )
+
+
 async def json_body(request: Request, services: ServicesDep) -> dict[str, Any]:
+    require_json(request)
     return parse_json(await read_body(request, services.settings.max_body_bytes))
 
 

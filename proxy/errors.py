@@ -6,9 +6,13 @@ ProxyError
  ├── Unauthorized             401 authentication_error
  ├── Forbidden                403 permission_error
  ├── NotFound                 404 (ModelNotFound: code=model_not_found)
+ ├── MethodNotAllowed         405 code=method_not_allowed
  ├── PayloadTooLarge          413
+ ├── UnsupportedMediaType     415 code=unsupported_media_type
  ├── UpstreamUnavailable      502 upstream_error
- │    └── UpstreamInvalid        502 code=upstream_invalid_response
+ │    ├── UpstreamInvalid        502 code=upstream_invalid_response
+ │    └── UpstreamTooLarge       502 code=upstream_response_too_large
+ ├── StorageUnavailable       503 code=storage_unavailable (disk full, database down)
  └── UpstreamTimeout          504 upstream_error
 """
 
@@ -22,6 +26,7 @@ class ProxyError(Exception):
     status = 500
     type = "server_error"
     code: str | None = None
+    headers: dict[str, str] | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -92,10 +97,26 @@ class ModelNotFound(NotFound):
         )
 
 
+class MethodNotAllowed(ProxyError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+    def __init__(self, message: str, *, allow: str):
+        super().__init__(message)
+        self.headers = {"allow": allow}
+
+
 class PayloadTooLarge(ProxyError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class UnsupportedMediaType(ProxyError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
 
 
 class UpstreamUnavailable(ProxyError):
@@ -106,6 +127,16 @@ class UpstreamUnavailable(ProxyError):
 
 class UpstreamInvalid(UpstreamUnavailable):
     code = "upstream_invalid_response"
+
+
+class UpstreamTooLarge(UpstreamUnavailable):
+    code = "upstream_response_too_large"
+
+
+class StorageUnavailable(ProxyError):
+    status = 503
+    type = "server_error"
+    code = "storage_unavailable"
 
 
 class UpstreamTimeout(ProxyError):

@@ -13,7 +13,9 @@ class InvalidToolPairing(BadRequest):
     code = "invalid_tool_pairing"
 
     def __init__(self, fault: PairingFault, total: int):
-        if fault.kind == "orphan_result":
+        if fault.kind == "orphan_result" and fault.call_id is None:
+            what = f"messages[{fault.index}] is a tool message without a tool_call_id"
+        elif fault.kind == "orphan_result":
             what = (
                 f"messages[{fault.index}] is a tool message with tool_call_id "
                 f"{fault.call_id!r} that answers no tool call of the assistant message before it"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -44,6 +45,12 @@ class StreamOptions(_Open):
     include_usage: bool | None = None
 
 
+# A model name is stored, logged and used as a cache key: bounded, and printable, so that every
+# database takes the same names (PostgreSQL refuses NUL; its column holds 255 characters).
+MAX_MODEL_CHARS = 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 class ChatRequest(_Open):
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
@@ -54,6 +61,15 @@ class ChatRequest(_Open):
     max_completion_tokens: int | None = Field(None, ge=0)
     user: str | None = None
     metadata: dict[str, Any] | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, v: str) -> str:
+        if len(v) > MAX_MODEL_CHARS:
+            raise ValueError(f"a model name is at most {MAX_MODEL_CHARS} characters")
+        if _CONTROL.search(v):
+            raise ValueError("a model name has no control characters (NUL, newline, …)")
+        return v
 
 
 def chat_openapi() -> dict[str, Any]:

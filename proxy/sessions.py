@@ -24,9 +24,22 @@ _VALID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 class SessionKey:
     id: str
     source: str  # header | path | body | fingerprint
+    owner: str | None = None  # the client key's id, when api_keys is set
 
 
-def identify(header: str | None, path: str | None, body: dict[str, Any]) -> SessionKey:
+def identify(
+    header: str | None, path: str | None, body: dict[str, Any], owner: str | None = None
+) -> SessionKey:
+    """The session; with a client key (`owner`, its id) the id is scoped by it, so that two
+    keys never share a session, whether named or fingerprinted."""
+    key = _identify(header, path, body)
+    if owner is None:
+        return key
+    scoped = key.id if key.id.startswith(owner + ":") else f"{owner}:{key.id}"
+    return SessionKey(scoped, key.source, owner)
+
+
+def _identify(header: str | None, path: str | None, body: dict[str, Any]) -> SessionKey:
     metadata = body.get("metadata")
     from_body = metadata.get("session_id") if isinstance(metadata, dict) else None
     for value, source in ((header, "header"), (path, "path")):

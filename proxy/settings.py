@@ -32,6 +32,11 @@ class Upstream(_Strict):
     tokenizer: Literal["tiktoken", "upstream"] = "tiktoken"
     connect_timeout: float = Field(5.0, gt=0)
     read_timeout: float = Field(600.0, gt=0)
+    # The whole answer, streamed or not: a server that trickles bytes or keep-alive comments
+    # cannot hold a request (and its connection) longer than this.
+    total_timeout: float = Field(1800.0, gt=0)
+    max_connections: int = Field(128, gt=0)  # this server's own pool
+    max_response_bytes: int = Field(64 * 1024 * 1024, gt=0)  # a bigger answer is a 502
     discovery_ttl: float = Field(300.0, ge=0)
 
     @field_validator("base_url")
@@ -109,6 +114,8 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./ctxproxy.db"
     api_keys: list[str] = []
     admin_key: str | None = None
+    # Host names clients may use besides IP addresses and localhost (DNS rebinding guard).
+    allowed_hosts: list[str] = []
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     upstreams: list[Upstream] = [
         Upstream(name="local", kind="llamacpp", base_url="http://127.0.0.1:8081/v1")

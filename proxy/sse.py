@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+MAX_CHOICES = 128  # `n` is the client's: only this many answers are assembled
+
 
 class StreamAssembler:
     """Feed raw SSE bytes; read back the assistant message, usage and whether [DONE] came."""
@@ -19,6 +21,7 @@ class StreamAssembler:
         self.error: dict[str, Any] | None = None
         self.done = False
         self.malformed: bytes | None = None  # the first line that is not OpenAI's SSE; then stop
+        self.others: dict[int, StreamAssembler] = {}  # choices 1, 2, … when the request set n
 
     def feed(self, chunk: bytes) -> None:
         if self.malformed is not None:
@@ -49,8 +52,11 @@ class StreamAssembler:
         if isinstance(event.get("usage"), dict):
             self.usage = event["usage"]
         for choice in event.get("choices") or []:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            index = choice.get("index", 0) if isinstance(choice, dict) else None
+            if index == 0:
                 self._choice(choice)
+            elif isinstance(index, int) and 0 < index < MAX_CHOICES:
+                self.others.setdefault(index, StreamAssembler())._choice(choice)
 
     def _choice(self, choice: dict[str, Any]) -> None:
         self.finish_reason = choice.get("finish_reason") or self.finish_reason
@@ -71,6 +77,10 @@ class StreamAssembler:
         fn = delta.get("function") or {}
         slot["function"]["name"] += fn.get("name") or ""
         slot["function"]["arguments"] += fn.get("arguments") or ""
+
+    def other_messages(self) -> list[dict[str, Any]] | None:
+        """The answers of choices 1, 2, … in order, or None when there was only one."""
+        return [self.others[i].message() for i in sorted(self.others)] or None
 
     def message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": self.role, "content": "".join(self.content) or None}

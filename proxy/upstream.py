@@ -9,21 +9,30 @@ from typing import Any
 import anyio
 import httpx
 
-from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable, sse_error
+from proxy.errors import (
+    BadRequest,
+    ProxyError,
+    UpstreamTimeout,
+    UpstreamTooLarge,
+    UpstreamUnavailable,
+    sse_error,
+)
 from proxy.settings import Upstream
 
 log = logging.getLogger("ctxproxy.upstream")
 
-# Hop-by-hop and length headers are the transport's business, not the client's.
-_DROP_RESPONSE_HEADERS = {
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "content-length",
-    "content-encoding",
-    "server",
-    "date",
+# What of an upstream's answer headers reaches the client: its type and what a client acts on.
+# Cookies, hop-by-hop and length headers, server internals and forged X-Ctxproxy-* stay here.
+_PASSED_RESPONSE_HEADERS = {
+    "content-type",
+    "retry-after",
+    "x-request-id",
+    "request-id",
+    "openai-model",
+    "openai-processing-ms",
+    "openai-version",
 }
+_PASSED_RESPONSE_PREFIXES = ("x-ratelimit-",)
 
 
 def timeout_for(upstream: Upstream) -> httpx.Timeout:
@@ -44,11 +53,22 @@ def request_headers(upstream: Upstream) -> dict[str, str]:
 
 
 def response_headers(r: httpx.Response) -> dict[str, str]:
-    return {k: v for k, v in r.headers.items() if k.lower() not in _DROP_RESPONSE_HEADERS}
+    return {
+        k: v
+        for k, v in r.headers.items()
+        if k.lower() in _PASSED_RESPONSE_HEADERS or k.lower().startswith(_PASSED_RESPONSE_PREFIXES)
+    }
 
 
 def is_event_stream(r: httpx.Response) -> bool:
     return "text/event-stream" in r.headers.get("content-type", "")
+
+
+def within_base(url: httpx.URL, upstream: Upstream) -> bool:
+    """Whether a URL built for an upstream stays under its base_url (httpx resolves `..`)."""
+    base = httpx.URL(upstream.base_url)
+    inside = url.raw_path.split(b"?")[0].startswith(base.raw_path.rstrip(b"/") + b"/")
+    return inside and (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port)
 
 
 def server_root(upstream: Upstream) -> str:
@@ -82,8 +102,20 @@ async def send(
         headers=headers,
         timeout=timeout_for(upstream),
     )
+    if not within_base(req.url, upstream):
+        raise BadRequest("Invalid path: it leaves the upstream's base URL", param="path")
+    deadline = anyio.current_time() + upstream.total_timeout
+    req.extensions[DEADLINE] = deadline
     try:
-        return await client.send(req, stream=stream)
+        with anyio.fail_after(upstream.total_timeout):
+            return await client.send(req, stream=stream)
+    except TimeoutError:
+        raise over_deadline(upstream) from None
+    except httpx.PoolTimeout:
+        raise UpstreamTimeout(
+            f"Upstream '{upstream.name}' is busy: all {upstream.max_connections} of its "
+            "connections are in use"
+        ) from None
     except httpx.TimeoutException as exc:
         raise UpstreamTimeout(
             f"Upstream '{upstream.name}' did not answer {method} {url} in time ({describe(exc)})"
@@ -108,10 +140,68 @@ def describe(exc: httpx.HTTPError) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+DEADLINE = "ctxproxy_deadline"  # request extension: when the whole answer must have ended
+
+
+def over_deadline(upstream: Upstream) -> UpstreamTimeout:
+    return UpstreamTimeout(
+        f"Upstream '{upstream.name}' did not finish its answer within "
+        f"total_timeout ({upstream.total_timeout:g} s)"
+    )
+
+
+def remaining(r: httpx.Response) -> float:
+    deadline = r.request.extensions.get(DEADLINE)
+    return float("inf") if deadline is None else deadline - anyio.current_time()
+
+
+def too_large(upstream: Upstream) -> UpstreamTooLarge:
+    return UpstreamTooLarge(
+        f"Upstream '{upstream.name}' sent an answer over max_response_bytes "
+        f"({upstream.max_response_bytes} bytes)"
+    )
+
+
+async def read(r: httpx.Response, upstream: Upstream) -> bytes:
+    """The rest of a streamed response's body, at most max_response_bytes; one cut short,
+    stalled or too large becomes a 502 or 504. Read once; later calls return the same."""
+    if r.is_stream_consumed:
+        return r.content
+    try:
+        with anyio.fail_after(max(0.0, remaining(r))):
+            parts, size = [], 0
+            async for part in r.aiter_raw():
+                size += len(part)
+                if size > upstream.max_response_bytes:
+                    raise too_large(upstream)
+                parts.append(part)
+            r._content = b"".join(parts)  # what aread() would have set: r.content, r.json()
+            return r._content
+    except TimeoutError:
+        raise over_deadline(upstream) from None
+    except httpx.TimeoutException:
+        raise UpstreamTimeout(f"Upstream '{upstream.name}' stopped sending its answer") from None
+    except httpx.HTTPError as exc:
+        raise UpstreamUnavailable(
+            f"Upstream '{upstream.name}' cut its answer short: {type(exc).__name__}"
+        ) from None
+    finally:
+        with anyio.CancelScope(shield=True):
+            await r.aclose()
+
+
 async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they arrive; a failure mid-stream ends in an SSE error."""
+    size = 0
     try:
         async for chunk in r.aiter_raw():
+            size += len(chunk)
+            if remaining(r) < 0:  # a trickle, or keep-alive comments that never end
+                yield sse_error(over_deadline(upstream))
+                return
+            if size > upstream.max_response_bytes:
+                yield sse_error(too_large(upstream))
+                return
             yield chunk
     except httpx.TimeoutException:
         yield sse_error(UpstreamTimeout(f"Upstream '{upstream.name}' stalled mid-stream"))

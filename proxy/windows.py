@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
 import httpx
@@ -15,19 +16,24 @@ log = logging.getLogger("ctxproxy.windows")
 
 # A failed discovery is retried sooner than a successful one is refreshed.
 RETRY_AFTER_FAILURE = 30.0
+# Model names come from clients: however many they invent, the cache holds this many windows.
+MAX_CACHED = 256
 
 
 class Windows:
-    def __init__(self, client: httpx.AsyncClient):
+    def __init__(self, client: httpx.AsyncClient, max_cached: int = MAX_CACHED):
         self.client = client
-        self._cache: dict[tuple[str, str], tuple[int | None, float]] = {}
+        self.max_cached = max_cached
+        self._cache: OrderedDict[tuple[str, str], tuple[int | None, float]] = OrderedDict()
 
     async def window(self, upstream: Upstream, model: str) -> int | None:
         if upstream.context_window:
             return upstream.context_window
-        key = (upstream.name, model)
+        # llama.cpp serves one model whatever the name says: one window per server.
+        key = (upstream.name, "" if upstream.kind == "llamacpp" else model)
         cached = self._cache.get(key)
         if cached and cached[1] > time.monotonic():
+            self._cache.move_to_end(key)
             return cached[0]
         try:
             found = await discover(self.client, upstream, model)
@@ -36,7 +42,13 @@ class Windows:
             found = None
         ttl = upstream.discovery_ttl if found else RETRY_AFTER_FAILURE
         self._cache[key] = (found, time.monotonic() + ttl)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self.max_cached:
+            self._cache.popitem(last=False)  # the least recently used
         return found
+
+    def __len__(self) -> int:
+        return len(self._cache)
 
 
 async def discover(client: httpx.AsyncClient, upstream: Upstream, model: str) -> int | None:

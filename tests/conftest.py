@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,19 @@ def proxy(
     start_proxy: Callable[[Settings], ServerThread], settings_for: Callable[..., Settings]
 ) -> ServerThread:
     return start_proxy(settings_for())
+
+
+@contextmanager
+def proxy_on(db: str, tmp_path: Path, upstream_url: str, **overrides: Any) -> Iterator[str]:
+    """ctxproxy on SQLite or on a throwaway PostgreSQL database, stopped before it is dropped."""
+    from proxy.app import create_app
+    from tests.postgres import postgres_database
+
+    if db == "sqlite":
+        with ServerThread(create_app(make_settings(tmp_path, upstream_url, **overrides))) as s:
+            yield s.url
+        return
+    with postgres_database("ctxproxy_e2e") as url:
+        settings = make_settings(tmp_path, upstream_url, database_url=url, **overrides)
+        with ServerThread(create_app(settings)) as s:
+            yield s.url

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import aclosing
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -16,11 +16,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from proxy import observe, pairing
+from proxy import answers, observe, pairing
 from proxy import upstream as up
 from proxy.calibration import exact_prompt_tokens, next_factor
 from proxy.compiler import Compiled, compile_request, message_budget
-from proxy.deps import ClientAuth, JsonBody, ServicesDep
+from proxy.deps import ClientAuth, JsonBody, ServicesDep, client_key_id
+from proxy.disconnect import ClientClosed, unless_disconnected
 from proxy.errors import (
     ContextLengthExceeded,
     ModelNotFound,
@@ -29,15 +30,17 @@ from proxy.errors import (
     sse_error,
 )
 from proxy.overflow import Overflow, parse_overflow
+from proxy.progress import Progress
 from proxy.protocol import chat_openapi, parse_chat
 from proxy.sessions import identify
-from proxy.sse import StreamAssembler
+from proxy.sse import MAX_CHOICES, StreamAssembler
 from proxy.store import RequestRef
 from proxy.store.states import Decisions, Prior
 from proxy.store.store import hash_messages
 
 router = APIRouter(dependencies=[ClientAuth])
 log = logging.getLogger("ctxproxy.chat")
+T = TypeVar("T")
 
 
 @router.post("/v1/chat/completions", openapi_extra=chat_openapi())
@@ -53,7 +56,8 @@ async def chat_completions(
     if upstream is None:
         raise ModelNotFound(chat.model)
     turn = Turn(services, started, upstream.name, chat.model)
-    key = identify(request.headers.get("x-session-id"), session, body)
+    owner = client_key_id(request, services)
+    key = identify(request.headers.get("x-session-id"), session, body, owner)
     window = await services.windows.window(upstream, chat.model)
     await turn.load_prior(key.id, body, sendable)
     factor = turn.session_factor(services.calibration.factor(upstream.name, chat.model))
@@ -64,13 +68,13 @@ async def chat_completions(
         await turn.finish(status=exc.status, error=exc.body()["error"])
         raise
     await turn.record(key, body, upstream.name, compiled)
-    r = await turn.forward(upstream, sendable, compiled)
-    overflow = await _overflow_of(r)
+    r = await _unless_gone(request, turn, turn.forward(upstream, sendable, compiled))
+    overflow = await _overflow_of(r, turn, upstream)
     if overflow and compiled.budget is not None:
         # The upstream counted more than we estimated: learn from its figures, refit, retry once.
         compiled = await turn.refit(sendable, compiled, overflow)
-        r = await turn.forward(upstream, sendable, compiled)
-        if again := await _overflow_of(r):
+        r = await _unless_gone(request, turn, turn.forward(upstream, sendable, compiled))
+        if again := await _overflow_of(r, turn, upstream):
             exc = ContextLengthExceeded(
                 again.prompt_tokens or compiled.tokens_compiled,
                 compiled.budget or 0,
@@ -86,17 +90,35 @@ async def chat_completions(
             up.response_headers(r) | headers,
             media_type="text/event-stream",
         )
-    await r.aread()
-    await r.aclose()
+    await _unless_gone(request, turn, _read_checked(r, turn, upstream, bool(chat.stream)))
     await turn.finish_from_json(r)
     return Response(r.content, r.status_code, up.response_headers(r) | headers)
 
 
-async def _overflow_of(r: httpx.Response) -> Overflow | None:
+async def _unless_gone(request: Request, turn: Turn, work: Awaitable[T]) -> T:
+    """`work`, given up when the client disconnects: the upstream request is cancelled too."""
+    try:
+        return await unless_disconnected(request, work)
+    except ClientClosed as exc:
+        with anyio.CancelScope(shield=True):
+            await turn.finish(status=exc.status, error=exc.body()["error"])
+        raise
+
+
+async def _read_checked(r: httpx.Response, turn: Turn, upstream: Any, stream: bool) -> None:
+    """Read the whole answer; one cut short, stalled or not a completion closes the record."""
+    try:
+        await up.read(r, upstream)
+        answers.check(r, upstream.name, stream)
+    except ProxyError as exc:
+        await turn.finish(status=exc.status, error=exc.body()["error"])
+        raise
+
+
+async def _overflow_of(r: httpx.Response, turn: Turn, upstream: Any) -> Overflow | None:
     if r.status_code < 400:
         return None
-    await r.aread()
-    await r.aclose()
+    await _read_checked(r, turn, upstream, False)
     return parse_overflow(r.status_code, r.content)
 
 
@@ -196,7 +218,7 @@ class Turn:
                 "POST",
                 "/chat/completions",
                 json=outgoing,
-                stream=bool(body.get("stream")),
+                stream=True,  # read by the route, within max_response_bytes
             )
         except ProxyError as exc:
             await self.finish(status=exc.status, error=exc.body()["error"])
@@ -268,6 +290,7 @@ class Turn:
             self.store.record_request,
             key.id,
             source=key.source,
+            key_id=key.owner,
             messages=body["messages"],
             request={k: v for k, v in body.items() if k != "messages"},
             model=body["model"],
@@ -293,6 +316,7 @@ class Turn:
         usage: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         first: float | None = None,
+        choices: list[dict[str, Any]] | None = None,
     ) -> None:
         if self.ref is None:
             return
@@ -310,6 +334,7 @@ class Turn:
             usage=usage,
             error=error,
             attempts=self.attempts or None,
+            choices=choices,
         )
         observe.exchange_finished(self, status, now, first, response, partial, error)
 
@@ -322,15 +347,18 @@ class Turn:
         choices = data.get("choices") or [{}]
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
         error = data.get("error") if r.status_code >= 400 else None
+        others = [c.get("message") for c in choices[1:MAX_CHOICES] if isinstance(c, dict)]
         await self.finish(
             status=r.status_code,
             response=message,
             usage=data.get("usage"),
             error=error if isinstance(error, dict) else None,
+            choices=others or None,
         )
 
     async def relay(self, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
         answer, first = StreamAssembler(), None
+        progress = Progress(self.store, self.ref)
         try:
             async with aclosing(up.relay(r, upstream)) as chunks:
                 async for chunk in chunks:
@@ -339,7 +367,10 @@ class Turn:
                     if answer.malformed is not None:
                         yield end_malformed(chunk, answer, upstream.name)
                         break
+                    await progress.saw(answer)  # before the client sees it: a kill loses none
                     yield chunk
+            if not answer.done and answer.malformed is None:
+                yield end_unfinished(answer, upstream.name)
         finally:
             # Runs on a client disconnect too, where the task is being cancelled: shield the
             # write so the partial answer is still recorded.
@@ -351,6 +382,7 @@ class Turn:
                     partial=not answer.done or answer.error is not None,
                     error=answer.error,
                     first=first,
+                    choices=answer.other_messages(),
                 )
 
 
@@ -362,6 +394,14 @@ def end_malformed(chunk: bytes, answer: StreamAssembler, upstream: str) -> bytes
     answer.error = exc.body()["error"]
     cut = chunk.find(bad) if bad else -1
     return (chunk[:cut] if cut > 0 else b"") + sse_error(exc)
+
+
+def end_unfinished(answer: StreamAssembler, upstream: str) -> bytes:
+    """The end of a stream the upstream closed without `data: [DONE]`: the client must not
+    take a cut answer for a whole one."""
+    exc = UpstreamInvalid(f"Upstream '{upstream}' ended its event stream without [DONE]")
+    answer.error = exc.body()["error"]
+    return b"\n\n" + sse_error(exc)
 
 
 def compilation_headers(compiled: Compiled) -> dict[str, str]:

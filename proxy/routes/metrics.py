@@ -5,13 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client.exposition import choose_encoder
 
+from proxy.access import audit_viewer
 from proxy.deps import ServicesDep
-from proxy.routes.audit import require_admin
 
-router = APIRouter(tags=["observe"], dependencies=[Depends(require_admin)])
+router = APIRouter(tags=["observe"], dependencies=[Depends(audit_viewer)])
 
 
-@router.get("/metrics", summary="Prometheus metrics (admin key, or loopback without one)")
+@router.get(
+    "/metrics", summary="Prometheus metrics (a key once keys are set, else direct loopback)"
+)
 async def metrics(request: Request, services: ServicesDep) -> Response:
     # Text format 0.0.4 unless the scraper asks for OpenMetrics or text 1.0.0.
     encode, content_type = choose_encoder(request.headers.get("accept", ""))

@@ -8,13 +8,14 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from proxy import upstream as up
-from proxy.deps import ClientAuth, ServicesDep, read_body
-from proxy.errors import BadRequest, ModelNotFound, NotFound
+from proxy.deps import ClientAuth, ServicesDep, read_body, require_json
+from proxy.errors import BadRequest, MethodNotAllowed, ModelNotFound, NotFound
+from proxy.paths import FORWARDED_METHODS, forwardable
 
 router = APIRouter(dependencies=[ClientAuth])
 
-
-_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+# Every method is routed here so that a refused one gets the envelope, not a bare 405.
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 @router.api_route("/v1/{path:path}", methods=_METHODS, include_in_schema=False)
@@ -22,6 +23,12 @@ _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 async def passthrough(
     path: str, request: Request, services: ServicesDep, session: str | None = None
 ) -> Response:
+    target = forwardable(path, request.method)
+    if request.method not in FORWARDED_METHODS:
+        allow = ", ".join(FORWARDED_METHODS)
+        raise MethodNotAllowed(f"{request.method} is not forwarded; use {allow}", allow=allow)
+    if request.method == "POST":
+        require_json(request)
     raw = await read_body(request, services.settings.max_body_bytes)
     model = _model_of(raw) if raw else None
     settings = services.settings
@@ -32,16 +39,14 @@ async def passthrough(
         services.client,
         upstream,
         request.method,
-        "/" + path,
+        target,
         content=raw or None,
         params=request.query_params,
         stream=True,
     )
     if up.is_event_stream(r):
         return StreamingResponse(up.relay(r, upstream), r.status_code, up.response_headers(r))
-    await r.aread()
-    await r.aclose()
-    return Response(r.content, r.status_code, up.response_headers(r))
+    return Response(await up.read(r, upstream), r.status_code, up.response_headers(r))
 
 
 def _model_of(raw: bytes) -> str | None:

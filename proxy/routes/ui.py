@@ -19,9 +19,10 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from proxy.access import Viewer, audit_viewer
 from proxy.deps import ServicesDep
 from proxy.errors import Unauthorized
-from proxy.routes.audit import require_admin
+from proxy.routes.audit import Seq, check_session
 from proxy.tokens import TokenCounter
 from proxy.ui import chart, compare
 from strategies.base import message_hash
@@ -33,11 +34,11 @@ ROWS_PER_PAGE = 100
 PREVIEW_CHARS = 4000
 
 
-def require_viewer(request: Request, services: ServicesDep) -> None:
-    """The audit API's rule; a browser is asked for the admin key as a Basic-auth password,
-    since it cannot send a bearer token from a plain link."""
+def require_viewer(request: Request, services: ServicesDep) -> Viewer:
+    """The audit API's rule; a browser is asked for a key as a Basic-auth password, since it
+    cannot send a bearer token from a plain link."""
     try:
-        require_admin(request, services)
+        return audit_viewer(request, services)
     except Unauthorized as exc:
         raise HTTPException(
             401, exc.message, headers={"WWW-Authenticate": 'Basic realm="ctxproxy admin"'}
@@ -45,8 +46,10 @@ def require_viewer(request: Request, services: ServicesDep) -> None:
 
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(require_viewer)])
+UiViewer = Annotated[Viewer, Depends(require_viewer)]
 
-Page = Annotated[int, Query(ge=1)]
+# Bounded, so that no page number turns into an offset the database cannot hold (a 500).
+Page = Annotated[int, Query(ge=1, le=2**31 - 1)]
 
 
 @cache
@@ -101,12 +104,15 @@ async def stylesheet() -> FileResponse:
 
 @router.get("")
 @router.get("/")
-async def sessions_page(request: Request, services: ServicesDep, page: Page = 1) -> HTMLResponse:
-    per = SESSIONS_PER_PAGE
-    found = await run_in_threadpool(services.store.list_sessions, per, (page - 1) * per)
+async def sessions_page(
+    request: Request, services: ServicesDep, viewer: UiViewer, page: Page = 1
+) -> HTMLResponse:
+    per, mine = SESSIONS_PER_PAGE, viewer.key_id
+    found = await run_in_threadpool(services.store.list_sessions, per, (page - 1) * per, mine)
     pager = _pager(page, per, found.total)
     if pager.page != page:  # past the end: show the last page
-        found = await run_in_threadpool(services.store.list_sessions, per, (pager.page - 1) * per)
+        offset = (pager.page - 1) * per
+        found = await run_in_threadpool(services.store.list_sessions, per, offset, mine)
     return _render(request, "sessions.html", sessions=found.data, pager=pager)
 
 
@@ -115,9 +121,11 @@ async def session_page(
     request: Request,
     session_id: str,
     services: ServicesDep,
+    viewer: UiViewer,
     page: Page = 1,
     scale: Literal["auto", "linear", "log"] = "auto",
 ) -> HTMLResponse:
+    await check_session(services, viewer, session_id)
     detail = await run_in_threadpool(services.store.get_session, session_id)
     if detail is None:
         return _missing(request, f"No session “{session_id}”", session_id=None)
@@ -141,11 +149,13 @@ async def session_page(
 async def exchange_page(
     request: Request,
     session_id: str,
-    seq: int,
+    seq: Seq,
     services: ServicesDep,
+    viewer: UiViewer,
     page: Page = 1,
     show: Literal["all", "changed"] = "all",
 ) -> HTMLResponse:
+    await check_session(services, viewer, session_id)
     x = await run_in_threadpool(services.store.get_exchange, session_id, seq)
     last = await run_in_threadpool(services.store.last_seq, session_id)
     if x is None:

@@ -57,6 +57,8 @@ class SessionRow(Base):
     # The last exchange number handed out; incrementing it row-locks the session, which is
     # what makes seq allocation safe across processes on PostgreSQL.
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    # The id (a hash) of the client key that made the session; null when api_keys is unset.
+    key_id: Mapped[str | None] = mapped_column(String(32), index=True)
 
 
 class MessageRow(Base):
@@ -128,6 +130,25 @@ class ExchangeRow(Base):
     cached_tokens: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[dict[str, Any] | None]
     attempts: Mapped[list[Any] | None]
+    key_id: Mapped[str | None] = mapped_column(String(32))  # the client key's id, never the key
+    # The process serving the exchange (InstanceRow.id) and, while it streams, the answer so
+    # far: what a process that dies mid-answer leaves for the next start to close.
+    owner: Mapped[str | None] = mapped_column(String(128), index=True)
+    progress: Mapped[dict[str, Any] | None]
+    # With n > 1: the answers of choices 1, 2, … (choice 0 is the response, in the history).
+    choices: Mapped[list[Any] | None]
+
+
+class InstanceRow(Base):
+    """A running ctxproxy process; its heartbeat tells the others it still serves its exchanges."""
+
+    __tablename__ = "instances"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime]
 
 
 class CompiledRef(Base):

@@ -11,7 +11,7 @@ from sqlalchemy import Row, case, exists, func, select
 from sqlalchemy.orm import Session, aliased
 
 from proxy.store import history
-from proxy.store.models import EntryRow, ExchangeRow, MessageRow, SessionRow
+from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, MessageRow, SessionRow
 from proxy.store.views import (
     Branch,
     ExchangeDetail,
@@ -131,10 +131,13 @@ def _totals_by_session(s: Session, ids: list[str]) -> dict[str, Totals]:
     return {r[0]: _totals(r[1:]) for r in rows}
 
 
-def list_sessions(s: Session, limit: int, offset: int) -> SessionPage:
-    total = s.execute(select(func.count(SessionRow.id))).scalar_one()
+def list_sessions(s: Session, limit: int, offset: int, key_id: str | None = None) -> SessionPage:
+    """A page of sessions; with `key_id`, only that client key's."""
+    mine = [SessionRow.key_id == key_id] if key_id is not None else []
+    total = s.execute(select(func.count(SessionRow.id)).where(*mine)).scalar_one()
     rows = s.scalars(
         select(SessionRow)
+        .where(*mine)
         .order_by(SessionRow.updated_at.desc(), SessionRow.id)
         .limit(limit)
         .offset(offset)
@@ -143,6 +146,28 @@ def list_sessions(s: Session, limit: int, offset: int) -> SessionPage:
     totals, titles = _totals_by_session(s, ids), _titles(s, ids)
     data = [_summary(r, totals.get(r.id, Totals()), titles.get(r.id)) for r in rows]
     return SessionPage(data, total, limit, offset, has_more=offset + len(rows) < total)
+
+
+def session_owner(s: Session, session_id: str) -> tuple[bool, str | None]:
+    """(whether the session exists, the id of the client key that made it)."""
+    row = s.execute(select(SessionRow.key_id).where(SessionRow.id == session_id)).first()
+    return (False, None) if row is None else (True, row[0])
+
+
+def message_seen_by(s: Session, msg_hash: str, key_id: str) -> bool:
+    """Whether a message is in a history, a compiled view or an answer of the key's sessions."""
+    in_history = exists().where(
+        EntryRow.message_hash == msg_hash,
+        EntryRow.session_id == SessionRow.id,
+        SessionRow.key_id == key_id,
+    )
+    in_view = exists().where(
+        CompiledRef.message_hash == msg_hash,
+        CompiledRef.exchange_id == ExchangeRow.id,
+        ExchangeRow.session_id == SessionRow.id,
+        SessionRow.key_id == key_id,
+    )
+    return bool(s.execute(select(in_history | in_view)).scalar())
 
 
 def get_session(s: Session, session_id: str) -> SessionDetail | None:
@@ -278,6 +303,7 @@ def _exchange_summary(x: ExchangeRow, turns: dict[int, tuple[int, int]]) -> Exch
         prompt_tokens=x.prompt_tokens,
         completion_tokens=x.completion_tokens,
         cached_tokens=x.cached_tokens,
+        key_id=x.key_id,
     )
 
 
@@ -337,6 +363,7 @@ def get_exchange(s: Session, session_id: str, seq: int) -> ExchangeDetail | None
         attempts=x.attempts,
         leaf_entry_id=x.leaf_entry_id,
         response_entry_id=x.response_entry_id,
+        choices=x.choices,
     )
 
 

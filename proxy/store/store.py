@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import history, reads, states
+from proxy.store import history, liveness, reads, states
 from proxy.store.engine import Writer, insert_ignore, make_engine
 from proxy.store.models import (
     CompiledRef,
@@ -43,6 +43,7 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self._writer = Writer(self.engine)
+        self.instance: str | None = None  # this process's InstanceRow id, once registered
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -78,6 +79,7 @@ class Store:
         source: str,
         messages: list[dict[str, Any]],
         request: dict[str, Any],
+        key_id: str | None = None,
         model: str,
         upstream: str,
         stream: bool,
@@ -103,7 +105,7 @@ class Store:
 
         def work(s: Session) -> RequestRef:
             now = utcnow()
-            seq = _next_seq(s, session_id, source, model, now)
+            seq = _next_seq(s, session_id, source, model, now, key_id)
             leaf, added = history.extend(s, session_id, messages, raw, now)
             x = ExchangeRow(
                 session_id=session_id,
@@ -123,6 +125,8 @@ class Store:
                 new_messages=added,
                 compiled=view,
                 partial=False,
+                key_id=key_id,
+                owner=self.instance,
             )
             s.add(x)
             s.flush()
@@ -182,8 +186,10 @@ class Store:
         usage: dict[str, Any] | None,
         error: dict[str, Any] | None,
         attempts: list[dict[str, Any]] | None = None,
+        choices: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Close an exchange; its answer (complete or partial) joins the session's history."""
+        """Close an exchange; its answer (complete or partial) joins the session's history,
+        the answers of further choices (n > 1) are kept beside it."""
         answer = message_hash(response) if response is not None else None
 
         def work(s: Session) -> None:
@@ -223,6 +229,8 @@ class Store:
                     usage=usage,
                     error=error,
                     attempts=attempts,
+                    choices=choices,
+                    progress=None,
                     **_usage_columns(usage),
                 )
             )
@@ -231,6 +239,65 @@ class Store:
             )
 
         self._writer.run(work)
+
+    def save_progress(self, ref: RequestRef, answer: dict[str, Any]) -> None:
+        """The answer streamed so far, kept on the open exchange in case this process dies."""
+        self._writer.run(
+            lambda s: s.execute(
+                update(ExchangeRow)
+                .where(ExchangeRow.id == ref.exchange_id, ExchangeRow.status.is_(None))
+                .values(progress=answer)
+            )
+        )
+
+    # --- processes and the exchanges they leave open ----------------------------------------
+
+    def register_instance(self, instance: str, host: str, pid: int) -> None:
+        self._writer.run(lambda s: liveness.register(s, instance, host, pid, utcnow()))
+        self.instance = instance
+
+    def heartbeat(self) -> None:
+        if self.instance is not None:
+            instance = self.instance
+            self._writer.run(lambda s: liveness.beat(s, instance, utcnow()))
+
+    def close_dead(self, host: str, stale: float, *, orphans: bool = False) -> int:
+        """Close the open exchanges of dead instances (and, with `orphans`, of no live one) as
+        interrupted, keeping the answer streamed so far; forget the dead. Returns how many."""
+        dead = self._read(lambda s: liveness.dead(s, host, utcnow(), stale))
+        dead = [d for d in dead if d != self.instance]
+        closed = self.close_interrupted(dead)
+        if orphans:
+            closed += self.close_interrupted(None)
+        if dead:
+            self._writer.run(lambda s: liveness.forget(s, dead))
+        return closed
+
+    def close_interrupted(self, owners: list[str] | None) -> int:
+        if owners == []:
+            return 0
+        found = self._read(lambda s: liveness.open_exchanges(s, owners))
+        for ref, progress, created in found:
+            started = reads.aware(created)
+            self.finish_exchange(
+                ref,
+                status=200 if progress else 500,
+                latency_ms=(utcnow() - started).total_seconds() * 1000,
+                ttft_ms=None,
+                response=progress,
+                partial=bool(progress),
+                usage=None,
+                error=dict(liveness.INTERRUPTED),
+            )
+        return len(found)
+
+    def retire(self) -> None:
+        """At a clean stop: close what this process left open, and leave the instance list."""
+        if self.instance is None:
+            return
+        instance, self.instance = self.instance, None
+        self.close_interrupted([instance])
+        self._writer.run(lambda s: liveness.forget(s, [instance]))
 
     def delete_session(self, session_id: str) -> bool:
         """Remove a session, its history and exchanges, and messages nothing else uses."""
@@ -266,8 +333,13 @@ class Store:
         with Session(self.engine) as s, s.begin():
             return query(s)
 
-    def list_sessions(self, limit: int = 50, offset: int = 0) -> SessionPage:
-        return self._read(lambda s: reads.list_sessions(s, limit, offset))
+    def list_sessions(
+        self, limit: int = 50, offset: int = 0, key_id: str | None = None
+    ) -> SessionPage:
+        return self._read(lambda s: reads.list_sessions(s, limit, offset, key_id))
+
+    def session_owner(self, session_id: str) -> tuple[bool, str | None]:
+        return self._read(lambda s: reads.session_owner(s, session_id))
 
     def get_session(self, session_id: str) -> SessionDetail | None:
         return self._read(lambda s: reads.get_session(s, session_id))
@@ -293,17 +365,28 @@ class Store:
     def get_exchange(self, session_id: str, seq: int) -> ExchangeDetail | None:
         return self._read(lambda s: reads.get_exchange(s, session_id, seq))
 
-    def get_message(self, hash_or_prefix: str) -> StoredMessage | None:
-        """By full hash or unique prefix; raises AmbiguousPrefix if several match."""
-        return self._read(lambda s: reads.get_message(s, hash_or_prefix))
+    def get_message(self, hash_or_prefix: str, key_id: str | None = None) -> StoredMessage | None:
+        """By full hash or unique prefix; raises AmbiguousPrefix if several match. With
+        `key_id`, only a message that key's own sessions hold."""
+
+        def query(s: Session) -> StoredMessage | None:
+            found = reads.get_message(s, hash_or_prefix)
+            if found is None or key_id is None or reads.message_seen_by(s, found.hash, key_id):
+                return found
+            return None
+
+        return self._read(query)
 
     def stats(self) -> Stats:
         return self._read(reads.stats)
 
 
-def _next_seq(s: Session, session_id: str, source: str, model: str, now: Any) -> int:
+def _next_seq(
+    s: Session, session_id: str, source: str, model: str, now: Any, key_id: str | None
+) -> int:
     row = {
         "id": session_id,
+        "key_id": key_id,
         "created_at": now,
         "updated_at": now,
         "source": source,

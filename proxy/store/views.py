@@ -114,6 +114,7 @@ class ExchangeSummary:
     prompt_tokens: int | None
     completion_tokens: int | None
     cached_tokens: int | None
+    key_id: str | None = None  # the client key's id (a hash), when api_keys is set
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class ExchangeDetail:
     attempts: list[dict[str, Any]] | None
     leaf_entry_id: int
     response_entry_id: int | None
+    choices: list[dict[str, Any]] | None = None  # with n > 1: the answers of choices 1, 2, …
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from tests.e2e.test_cli_serve import Proxy, write_config
 from tests.scripted import Script
 from tests.servers import ServerThread, free_port
 
+JSON = {"Content-Type": "application/json"}
 HELLO = [{"role": "user", "content": "hello there"}]
 
 
@@ -217,7 +218,8 @@ def raw_request(port: int, body: bytes, *, split: float | None = None) -> socket
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # a small window: backpressure soon
     s.connect(("127.0.0.1", port))
     head = (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+        "Content-Type: application/json\r\n"
         f"X-Session-Id: raw-{port}\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     sent = len(body) if split is None else int(len(body) * split)
@@ -280,7 +282,7 @@ def test_oversized_chunked_body_is_413_and_the_proxy_carries_on(faulty) -> None:
             yield b"x" * 1000
         yield b'"}]}'
 
-    r = httpx.post(proxy.url + "/v1/chat/completions", content=chunks(), timeout=10)
+    r = httpx.post(proxy.url + "/v1/chat/completions", content=chunks(), headers=JSON, timeout=10)
     assert envelope(r, 413)["code"] == "request_too_large"
     assert httpx.get(proxy.url + "/sessions").json()["total"] == 0
     assert proxy.post({"model": "echo", "messages": HELLO}).status_code == 200
@@ -319,7 +321,7 @@ def nested(depth: int) -> str:
 )
 def test_invalid_or_deep_json(faulty, raw: bytes, status: int) -> None:
     proxy = faulty()
-    r = httpx.post(proxy.url + "/v1/chat/completions", content=raw, timeout=10)
+    r = httpx.post(proxy.url + "/v1/chat/completions", content=raw, headers=JSON, timeout=10)
     if status == 200:
         assert r.status_code == 200, r.text
     else:

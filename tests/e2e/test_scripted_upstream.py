@@ -13,6 +13,7 @@ import pytest
 from tests.scripted import Script
 from tests.servers import ServerThread, free_port
 
+JSON = {"Content-Type": "application/json"}
 HELLO = [{"role": "user", "content": "hello there"}]
 
 
@@ -172,7 +173,8 @@ def assert_envelope(r: httpx.Response, status: int, code: object = None) -> dict
 
 
 def test_invalid_json_is_400(proxy: ServerThread) -> None:
-    r = httpx.post(proxy.url + "/v1/chat/completions", content=b"{not json", timeout=10)
+    url = proxy.url + "/v1/chat/completions"
+    r = httpx.post(url, content=b"{not json", headers=JSON, timeout=10)
     assert_envelope(r, 400)
 
 
@@ -193,7 +195,7 @@ def test_schema_errors_are_400(proxy: ServerThread, body: object) -> None:
 
 def test_deeply_nested_json_is_400(proxy: ServerThread) -> None:
     raw = b'{"model": "echo", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    r = httpx.post(proxy.url + "/v1/chat/completions", content=raw, timeout=10)
+    r = httpx.post(proxy.url + "/v1/chat/completions", content=raw, headers=JSON, timeout=10)
     assert_envelope(r, 400)
 
 

@@ -132,7 +132,11 @@ def test_history_survives_proxy_killed_mid_stream(tmp_path: Path, upstream_url: 
         history = httpx.get(second.url + "/sessions/crash-1/messages").json()
         assert [(m.get("message") or m) for m in history["messages"]][0] == sent[0]
         exchange = httpx.get(second.url + "/sessions/crash-1/exchanges/1").json()
-        assert exchange["exchange"]["status"] is None  # pending: the answer never completed
+        # Not left pending: the restart closed it as interrupted, keeping the text the client
+        # was sent (saved before it was relayed); PostgreSQL: tests/e2e/test_kill.py.
+        assert exchange["exchange"]["pending"] is False and exchange["exchange"]["partial"]
+        assert exchange["error"]["code"] == "interrupted"
+        assert exchange["response"]["content"].startswith("0 ")
         assert exchange["request"]["messages"] == sent
     finally:
         second.stop()

@@ -25,6 +25,8 @@ from tests.conftest import BROWSER_MISSING
 from tests.e2e.test_sessions_audit import noisy_log
 from tests.servers import ServerThread
 
+LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
+
 LOOPBACK = ("127.0.0.1", 50000)
 ADMIN = "admin-secret"
 
@@ -205,7 +207,7 @@ def test_browser_walks_from_sessions_to_the_folded_original(
 @pytest.fixture
 def filled(settings_for, upstream_url: str, script) -> Iterator[tuple[TestClient, list[dict]]]:
     app = create_app(small_window(settings_for, upstream_url, admin_key=ADMIN))
-    with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+    with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}, base_url=LOCAL) as client:
         yield client, agent_loop(client.post, "agent-7", turns=4)
 
 
@@ -273,9 +275,9 @@ def test_admin_key_as_bearer_or_basic_password(filled) -> None:
 
 def test_without_admin_key_loopback_only(settings_for) -> None:
     app = create_app(settings_for())
-    with TestClient(app, client=("203.0.113.9", 40000)) as remote:
+    with TestClient(app, client=("203.0.113.9", 40000), base_url=LOCAL) as remote:
         assert remote.get("/ui/").status_code == 403
-    with TestClient(app, client=LOOPBACK) as local:
+    with TestClient(app, client=LOOPBACK, base_url=LOCAL) as local:
         r = local.get("/ui/")
         assert r.status_code == 200 and "No sessions yet" in r.text
     assert "/ui/" not in json.dumps(app.openapi())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,8 @@ from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.store import Store
 from strategies.base import message_hash, original_ref
+
+LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
 
 SYSTEM = {"role": "system", "content": "be brief"}
 EVENT = {
@@ -28,7 +32,9 @@ LOOPBACK = ("127.0.0.1", 50000)
 
 
 def fill(store: Store) -> dict[str, Any]:
-    """Session "agent": 3 finished turns, the second compacted; session "other": 1 pending."""
+    """Session "agent": 3 finished turns, the second compacted; session "other": 1 pending,
+    served by a live process (this one), so the app's start does not close it."""
+    store.register_instance("filler", socket.gethostname(), os.getpid())
     history: list[dict[str, Any]] = [SYSTEM]
     folded: dict[str, Any] = {}
     for turn in range(3):
@@ -104,7 +110,9 @@ def filled(db_url: str) -> Iterator[dict[str, Any]]:
 
 
 def client_for(db_url: str, *, client: tuple[str, int] = LOOPBACK, **settings: Any) -> TestClient:
-    return TestClient(create_app(Settings(database_url=db_url, **settings)), client=client)
+    return TestClient(
+        create_app(Settings(database_url=db_url, **settings)), client=client, base_url=LOCAL
+    )
 
 
 @pytest.fixture

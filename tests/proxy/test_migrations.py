@@ -18,7 +18,15 @@ from proxy.store import Store
 from proxy.store.models import Base
 from tests.postgres import postgres_database
 
-TABLES = {"sessions", "messages", "entries", "exchanges", "exchange_messages", "view_states"}
+TABLES = {
+    "sessions",
+    "messages",
+    "entries",
+    "exchanges",
+    "exchange_messages",
+    "view_states",
+    "instances",
+}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -15,9 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy import observe
 from proxy.app import app_from_env, create_app
+from proxy.deps import key_id
 from proxy.settings import Settings
 from tests.scripted import Script
 from tests.servers import ServerThread, free_port
+
+LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
 
 HELLO = [{"role": "user", "content": "hello there"}]
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -179,9 +182,11 @@ def test_upstream_error_kinds(status: int, error: dict[str, Any] | None, kind: s
 def test_metrics_are_guarded_like_the_audit_api(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'db.sqlite'}"
     remote = ("203.0.113.9", 4000)
-    with TestClient(create_app(Settings(database_url=db)), client=remote) as c:
+    with TestClient(create_app(Settings(database_url=db)), client=remote, base_url=LOCAL) as c:
         assert c.get("/metrics").status_code == 403
-    with TestClient(create_app(Settings(database_url=db, admin_key="root")), client=remote) as c:
+    with TestClient(
+        create_app(Settings(database_url=db, admin_key="root")), client=remote, base_url=LOCAL
+    ) as c:
         assert c.get("/metrics").status_code == 401
         ok = c.get("/metrics", headers={"authorization": "Bearer root"})
         assert ok.status_code == 200 and "ctxproxy_http_requests_total" in ok.text
@@ -191,7 +196,10 @@ def test_each_app_has_its_own_registry(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
     apps = [create_app(settings), create_app(settings)]
     loopback = ("127.0.0.1", 5000)
-    with TestClient(apps[0], client=loopback) as a, TestClient(apps[1], client=loopback) as b:
+    with (
+        TestClient(apps[0], client=loopback, base_url=LOCAL) as a,
+        TestClient(apps[1], client=loopback, base_url=LOCAL) as b,
+    ):
         a.get("/healthz")
         a.get("/healthz")
         text_a, text_b = a.get("/metrics").text, b.get("/metrics").text
@@ -221,7 +229,9 @@ def test_access_log_has_the_fields_and_no_content_or_keys(
     assert httpx.post(url, json=body, headers=auth).status_code == 200
     assert httpx.post(url, json={**body, "stream": True}, headers=auth).status_code == 200
     plain, streamed = access_lines(caplog)
-    assert plain["session"] == "logged" and plain["seq"] == 1 and streamed["seq"] == 2
+    # Scoped by the key's id (a hash), never the key itself.
+    assert plain["session"] == key_id("sk-client-secret") + ":logged"
+    assert plain["seq"] == 1 and streamed["seq"] == 2
     assert plain["model"] == "echo" and plain["upstream"] == "scripted"
     assert plain["status"] == 200 and plain["stream"] is False and plain["partial"] is False
     assert plain["latency_ms"] > 0 and plain["ttft_ms"] is None
@@ -258,7 +268,7 @@ def test_app_factory_reads_the_config_named_by_the_environment(
     monkeypatch.setenv("CTXPROXY_CONFIG", str(cfg))
     monkeypatch.setattr(observe, "configure_logging", lambda level: None)  # keep caplog's root
     app = app_from_env()
-    with TestClient(app, client=("127.0.0.1", 5000)) as c:
+    with TestClient(app, client=("127.0.0.1", 5000), base_url=LOCAL) as c:
         assert c.get("/metrics").status_code == 200
         assert app.state.services.settings.log_content is True
     assert (tmp_path / "f.db").exists()

@@ -13,6 +13,8 @@ from fastapi.testclient import TestClient
 from proxy.app import create_app
 from proxy.settings import Settings
 
+LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
+
 HELLO = [{"role": "user", "content": "hi"}]
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -20,6 +22,7 @@ Handler = Callable[[httpx.Request], httpx.Response]
 def answer(request: httpx.Request) -> httpx.Response:
     body = json.loads(request.content) if request.content else {}
     data = {"upstream": str(request.url), "got": body, "auth": request.headers.get("authorization")}
+    data["choices"] = [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]
     return httpx.Response(
         200, content=json.dumps(data), headers={"content-type": "application/json"}
     )
@@ -40,7 +43,7 @@ def app_with(tmp_path: Path, handler: Handler = answer, **overrides) -> TestClie
         **overrides,
     }
     app = create_app(Settings(**data), transport=httpx.MockTransport(handler))
-    return TestClient(app)
+    return TestClient(app, base_url=LOCAL)
 
 
 def test_routes_by_model_with_default(tmp_path: Path) -> None:
@@ -146,7 +149,7 @@ def test_unexpected_error_is_enveloped_without_trace(tmp_path: Path) -> None:
         raise RuntimeError("secret internals")
 
     with app_with(tmp_path, boom) as client:
-        client_no_raise = TestClient(client.app, raise_server_exceptions=False)
+        client_no_raise = TestClient(client.app, raise_server_exceptions=False, base_url=LOCAL)
         with client_no_raise:
             r = client_no_raise.post("/v1/chat/completions", json={"model": "m", "messages": HELLO})
     assert r.status_code == 500

@@ -11,6 +11,8 @@ from fastapi.testclient import TestClient
 from proxy.app import create_app
 from proxy.settings import Settings
 
+LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
+
 # Enough history that a small window forces compaction of the old tool outputs.
 LOG = "\n".join(f"INFO step {i}: ok" for i in range(400)) + "\nValueError: boom"
 
@@ -31,7 +33,7 @@ def client_for(tmp_path: Path, kind: str, handler) -> TestClient:
         database_url=f"sqlite:///{tmp_path / 'db.sqlite'}",
         upstreams=[{"name": kind, "kind": kind, "base_url": "http://up.test/v1"}],
     )
-    return TestClient(create_app(settings, transport=httpx.MockTransport(handler)))
+    return TestClient(create_app(settings, transport=httpx.MockTransport(handler)), base_url=LOCAL)
 
 
 def chat_ok(body: dict) -> httpx.Response:

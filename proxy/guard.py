@@ -1,0 +1,55 @@
+"""Refuse requests a browser page could make on someone else's behalf: a Host header that names
+no address of ours (DNS rebinding) is refused before any route runs."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.errors import BadRequest
+
+
+def host_allowed(host: str, allowed: list[str]) -> bool:
+    """An IP literal (a rebinding page can only name a host it owns), `localhost`, or a name
+    in `allowed_hosts` ("*" allows any)."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.rsplit(":", 1)[0]
+    if not name or "*" in allowed or name in {a.lower() for a in allowed}:
+        return True
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class HostGuard:
+    """ASGI middleware: 400 in OpenAI's envelope for a Host header that is not allowed."""
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app, self.allowed = app, allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if not host_allowed(host, self.allowed):
+                await _refuse(send, host)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _refuse(send: Send, host: str) -> None:
+    exc = BadRequest(
+        f"Host '{host[:100]}' is not allowed: add it to allowed_hosts", code="invalid_host"
+    )
+    body = json.dumps(exc.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
