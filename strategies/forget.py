@@ -55,7 +55,9 @@ def forget(messages: list[Message], ctx: Context) -> StrategyResult:
     return drop_oldest(messages, ctx, marker=True)
 
 
-def drop_oldest(messages: list[Message], ctx: Context, *, marker: bool) -> StrategyResult:
+def drop_oldest(
+    messages: list[Message], ctx: Context, *, marker: bool, reserve: int | None = None
+) -> StrategyResult:
     if ctx.usage(messages) <= min(ctx.target, ctx.budget):
         return list(messages), []
     lineage = ctx.lineage or Lineage(messages)
@@ -63,15 +65,29 @@ def drop_oldest(messages: list[Message], ctx: Context, *, marker: bool) -> Strat
     view = _without_marker(messages, lineage) if marker else list(messages)
     held = set(working_set(view, ctx)) if marker else set()
     units = _units(view, ctx, held, marker)
-    dropped = _choose(view, units, held, ctx, _reserve(ctx) if marker else 0)
-    _keep_roles_alternating(view, units, dropped)
+    room = (_reserve(ctx) if reserve is None else reserve) if marker else 0
+    dropped = _choose(view, units, held, ctx, room)
+    for _ in range(3):  # a block brought back to keep roles alternating stays; choose again
+        back = _keep_roles_alternating(view, units, dropped, lineage.raw)
+        if not back or ctx.measure(sum(ctx.count(view[i]) for i in range(len(view))
+                                       if i not in dropped) + room) <= ctx.target:  # fmt: skip
+            break
+        units = [replace(u, droppable=False) if u.start in back else u for u in units]
+        dropped = _choose(view, units, held, ctx, room)
+    _keep_roles_alternating(view, units, dropped, lineage.raw)
     if not dropped:
         return list(messages), []
     raw_dropped = [lineage.index(view[i]) for i in sorted(dropped)]
+    before = set(lineage.forgotten)
     lineage.forget(raw_dropped)
     kept = [m for i, m in enumerate(view) if i not in dropped]
     if marker:
         kept = _place_marker(kept, lineage, ctx)
+        grown = ctx.usage(kept) - ctx.usage([m for i, m in enumerate(view) if i not in dropped])
+        if grown > room and ctx.usage(kept) > ctx.target and reserve is None:
+            # The marker came out longer than the room kept for it: choose again, once.
+            lineage.forgotten = before
+            return drop_oldest(messages, ctx, marker=marker, reserve=grown + 8)
     raw_iters = iterations(lineage.raw)
     event = CompactionEvent(
         LABEL if marker else "sliding_window",
@@ -147,22 +163,29 @@ def _units(view: list[Message], ctx: Context, held: set[int], marker: bool) -> l
     return units
 
 
-def _keep_roles_alternating(view: list[Message], units: list[Unit], dropped: set[int]) -> None:
+def _keep_roles_alternating(
+    view: list[Message], units: list[Unit], dropped: set[int], sent: Sequence[Message]
+) -> set[int]:
     """Bring back the block after a kept message wherever dropping would put two user (or two
-    assistant) messages next to each other, until every junction is one the client sent."""
+    assistant) messages next to each other, until every junction is one the client sent (a
+    client that sends two user messages in a row has no use for this)."""
     by_start = {u.start: u for u in units}
+    allowed = {a.get("role") for a, b in zip(sent, sent[1:], strict=False) if _clash(a, b)}
+    back: set[int] = set()
     changed = True
     while changed:
         changed = False
         kept = [i for i in range(len(view)) if i not in dropped]
         for a, b in zip(kept, kept[1:], strict=False):
-            if b == a + 1 or not _clash(view[a], view[b]):
+            if b == a + 1 or not _clash(view[a], view[b]) or view[a].get("role") in allowed:
                 continue
             unit = by_start.get(a + 1)
             if unit is not None:
                 dropped.difference_update(range(unit.start, unit.stop))
+                back.add(unit.start)
                 changed = True
                 break
+    return back
 
 
 def _clash(a: Message, b: Message) -> bool:

@@ -74,7 +74,7 @@ def test_a_full_disk_is_503_and_the_store_stays_consistent(start_proxy, settings
     store.engine.dispose()
     r = httpx.post(url, json={"model": "echo", "messages": big}, headers=sid, timeout=10)
     assert r.status_code == 200
-    x = httpx.get(proxy.url + "/sessions/full/exchanges", timeout=10).json()
+    x = httpx.get(proxy.url + "/sessions/full/exchanges", timeout=10).json()["data"]
     assert [(e["seq"], e["status"]) for e in x] == [(1, 200)]
 
 

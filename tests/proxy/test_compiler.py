@@ -68,7 +68,7 @@ def test_over_budget_history_is_compacted_with_events():
     assert b == frozen
     assert result.tokens_compiled < result.tokens_original
     assert result.tokens_compiled - COUNTER.count_tools([TOOL]) <= result.budget
-    assert result.summary().startswith("traceback")
+    assert "traceback" in result.summary()
     assert all(e.strategy in ("traceback", "tiered", "forget") for e in result.events)
     assert not pairing_problems(result.messages)
     assert result.messages[-2:] == b["messages"][-2:]

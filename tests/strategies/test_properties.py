@@ -12,8 +12,8 @@ from proxy.compiler import compile_request
 from proxy.errors import ContextLengthExceeded
 from proxy.settings import CompactionSettings
 from proxy.tokens import TokenCounter
-from strategies.base import PROMPT_ROLES, canonical_json
-from strategies.forms import folded_output, folded_user
+from strategies.base import PROMPT_ROLES, canonical_json, iterations
+from strategies.forms import folded_output, folded_user, skeleton
 from strategies.invariants import final_turn, kept_in_latest, pairing_problems
 from strategies.pipeline import request_points
 from strategies.traceback import elided
@@ -111,15 +111,27 @@ def most_compact(msgs: list[dict]) -> int:
     users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
     keep = {i for i, m in enumerate(msgs) if m.get("role") in PROMPT_ROLES}
     keep |= set(users[:1] + users[-1:]) | set(range(len(msgs) - last, len(msgs)))
-    total = 0
-    for i in sorted(keep):
+
+    def smallest(msg: dict) -> int:
         forms = [
-            msgs[i],
-            elided(msgs[i], "run", min_chars=0, head=10, tail=10),
-            folded_output(msgs[i], "run", keep_evidence=True),
-            folded_user(msgs[i], min_chars=0),
+            msg,
+            elided(msg, "run", min_chars=0, head=10, tail=10),
+            folded_output(msg, "run", keep_evidence=True),
+            folded_output(msg, "run"),
+            folded_user(msg, min_chars=0),
+            skeleton(msg),
         ]
-        total += min(COUNTER.count_message(f) for f in forms if f is not None)
+        return min(COUNTER.count_message(f) for f in forms if f is not None)
+
+    total = sum(smallest(msgs[i]) for i in sorted(keep))
+    if len(users) > 1 and users[-1] > users[0] + 1 and msgs[users[0] + 1]["role"] != "user":
+        # Roles keep alternating as sent: one step between the task and the latest user
+        # message stays, whatever it costs.
+        iters = iterations(msgs)
+        steps: dict[int, int] = {}
+        for i in range(users[0] + 1, users[-1]):
+            steps[iters[i]] = steps.get(iters[i], 0) + smallest(msgs[i])
+        total += min(steps.values())
     return total
 
 
