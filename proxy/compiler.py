@@ -67,7 +67,7 @@ def compile_request(
             index, role, tokens = exc.largest
             largest = (index, role, counter.estimate(tokens))
         raise ContextLengthExceeded(
-            exc.needed + tools_tokens, max(budget, 0) + tools_tokens, window, largest
+            exc.needed + tools_tokens, budget + tools_tokens, window, largest
         ) from exc
     original = counter.estimate(result.original_tokens + REPLY_PRIMING + tools_raw)
     raw = result.state.view_tokens + REPLY_PRIMING + tools_raw
