@@ -126,7 +126,7 @@ def exchange_finished(
     partial: bool,
     error: dict[str, Any] | None,
 ) -> None:
-    """Called by routes.chat.Turn.finish once the exchange is recorded: count it, log it."""
+    """Called by exchange.Turn.finish once the exchange is recorded: count it, log it."""
     sent, ref = turn.sent, turn.ref
     x = Exchange(
         session=ref.session_id,

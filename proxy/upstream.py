@@ -192,24 +192,29 @@ async def read(r: httpx.Response, upstream: Upstream) -> bytes:
 
 async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they arrive; a failure mid-stream ends in an SSE error."""
+    async for part in relay_parts(r, upstream):
+        yield sse_error(part) if isinstance(part, ProxyError) else part
+
+
+async def relay_parts(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes | ProxyError]:
+    """The upstream's bytes as they arrive, then the error that ended them early, if any."""
     size = 0
     try:
         async for chunk in r.aiter_raw():
             size += len(chunk)
             if remaining(r) < 0:  # a trickle, or keep-alive comments that never end
-                yield sse_error(over_deadline(upstream))
+                yield over_deadline(upstream)
                 return
             if size > upstream.max_response_bytes:
-                yield sse_error(too_large(upstream))
+                yield too_large(upstream)
                 return
             yield chunk
     except httpx.TimeoutException:
-        yield sse_error(UpstreamTimeout(f"Upstream '{upstream.name}' stalled mid-stream"))
+        yield UpstreamTimeout(f"Upstream '{upstream.name}' stalled mid-stream")
     except httpx.HTTPError as exc:
-        err: ProxyError = UpstreamUnavailable(
+        yield UpstreamUnavailable(
             f"Upstream '{upstream.name}' failed mid-stream: {type(exc).__name__}"
         )
-        yield sse_error(err)
     finally:
         with anyio.CancelScope(shield=True):  # a client disconnect cancels us: still let go
             await r.aclose()
