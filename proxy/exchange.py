@@ -406,7 +406,8 @@ class Turn:
 
 def sse_end(data: bytes) -> int:
     """Where the last whole event in `data` ends (0 when none has ended yet)."""
-    return max(data.rfind(b"\n\n") + 2, data.rfind(b"\r\n\r\n") + 4, 0)
+    ends = ((data.rfind(sep), len(sep)) for sep in (b"\n\n", b"\r\n\r\n"))
+    return max((at + size for at, size in ends if at >= 0), default=0)
 
 
 def end_malformed(chunk: bytes, answer: StreamAssembler, upstream: str) -> bytes:
