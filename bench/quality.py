@@ -25,11 +25,12 @@ from typing import Any
 
 from bench import baselines
 from bench.corpus import Trajectory, load_corpus
+from proxy import recall as recall_tool
 from proxy.compiler import compile_request
 from proxy.errors import ContextLengthExceeded
 from proxy.settings import CompactionSettings
 from proxy.tokens import TokenCounter
-from strategies.base import canonical_json
+from strategies.base import canonical_json, message_hash, original_ref
 from strategies.pipeline import request_points
 
 DEFAULT = ["traceback", "tiered", "forget"]
@@ -228,6 +229,7 @@ class Case:
     turns: int
     invalid_turns: int
     invalid_example: str | None
+    recall_round: float | None = None  # evidence recall after one ctxproxy_recall round
     reuse: list[float] = field(default_factory=list)
     reuse_quiet: list[float] = field(default_factory=list)
     ms: list[float] = field(default_factory=list)
@@ -266,10 +268,41 @@ def run_case(t: Trajectory, name: str, method: Method, budget: int) -> Case:
         len(times),
         invalid,
         example,
+        recall_round(final, t, budget, counter) if name.startswith("default") else None,
         reuse,
         quiet,
         times,
     )
+
+
+def recall_round(
+    view: list[dict] | None, t: Trajectory, budget: int, counter: TokenCounter
+) -> float | None:
+    """Evidence recall once the model has made one round of ctxproxy_recall calls: for each
+    evidence string the view lost, one call with the pointer to the message that held it (the
+    placeholder's /messages/<id> where the view has one, else the marker's history:<n>),
+    answered by the proxy's own recall code within what the budget leaves (at most 2,000
+    tokens a call). The model is taken to pick the right pointer: this measures what the
+    pointers and caps give back, not a model's choice."""
+    if view is None:
+        return None
+    text = visible_text(view)
+    missed = [e["text"] for e in t.evidence if e["text"] not in text]
+    hashes = [message_hash(m) for m in t.messages]
+    used = counter.count_messages(view)
+    got: list[str] = []
+    for needle in missed:
+        where = [i for i, m in enumerate(t.messages) if needle in visible_text([m])]
+        if not where or any(needle in g for g in got):
+            continue
+        ref = original_ref(t.messages[where[-1]])
+        ref = ref if ref in text else f"history:{where[-1]}"
+        room = min(2000, budget - used - 32)
+        answer = recall_tool.run(json.dumps({"ref": ref}), t.messages, hashes, room, counter.text)
+        used += answer.tokens + 32
+        got.append(answer.text)
+    seen = text + "\n".join(got)
+    return sum(e["text"] in seen for e in t.evidence) / len(t.evidence)
 
 
 def summarise(cases: list[Case]) -> dict:
@@ -283,6 +316,15 @@ def summarise(cases: list[Case]) -> dict:
         # a rejected request sends nothing: no reduction to speak of, and recall 0
         "reduction": mean([1 - c.tokens_out / c.tokens_in for c in over if not c.rejected]),
         "recall": mean([c.recall for c in over]),
+        # the cases that lost evidence: recall as compiled, then after one recall round
+        "lost": sum(c.recall < 1 for c in over if c.recall_round is not None),
+        "lost_recall": mean(
+            [c.recall for c in over if c.recall_round is not None and c.recall < 1]
+        ),
+        "lost_after_round": mean(
+            [c.recall_round for c in over if c.recall_round is not None and c.recall < 1]
+        ),
+        "recall_round": mean([c.recall_round for c in over if c.recall_round is not None]),
         "validity": 1 - sum(c.invalid_turns for c in cases) / turns if turns else None,
         "fits": mean([float(c.fits) for c in over]),
         "rejected": sum(c.rejected for c in over),
@@ -313,6 +355,19 @@ def table(rows: list[dict], notes: dict[str, str]) -> str:
             f"{fmt(s['ms_p95'], '.2f'):>8}"
         )
     lines += [f"  {peer}: {note}" for peer, note in notes.items()]
+    rounds = [r for r in rows if r["summary"].get("recall_round") is not None]
+    if rounds:
+        lines += ["", "after one ctxproxy_recall round (the pointer to each lost string):"]
+        lines.append(
+            f"{'method':18} {'budget':>6} {'lost':>5} {'before':>7} {'after':>7} {'all':>7}"
+        )
+        for r in rounds:
+            s = r["summary"]
+            lines.append(
+                f"{r['method']:18} {r['budget']:>6} {s['lost']:>5} "
+                f"{fmt(s['lost_recall'], '.3f'):>7} {fmt(s['lost_after_round'], '.3f'):>7} "
+                f"{fmt(s['recall_round'], '.3f'):>7}"
+            )
     return "\n".join(lines)
 
 

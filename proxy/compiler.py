@@ -53,14 +53,18 @@ def compile_request(
         return Compiled(messages, original, original, None, None, [], None, factor, raw)
     tools_tokens = counter.estimate(tools_raw)
     budget = message_budget(body, window, settings, tools_tokens)
+    plan = make_plan(settings, budget)
     try:
-        result = compile_view(
-            messages,
-            make_plan(settings, budget),
-            counter.count_message,
-            _measure(counter),
-            prior=prior,
-        )
+        try:
+            result = compile_view(
+                messages, plan, counter.count_message, _measure(counter), prior=prior
+            )
+        except OverBudget:
+            if prior is None:
+                raise
+            # What the stored view holds (a marker, forms) cannot shrink enough: a fresh
+            # compile of the whole history may still fit, and a refusal would lose the turn.
+            result = compile_view(messages, plan, counter.count_message, _measure(counter))
     except OverBudget as exc:
         largest = None
         if exc.largest is not None:

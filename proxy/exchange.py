@@ -8,8 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import aclosing
+from collections.abc import Awaitable
 from functools import partial
 from typing import Any, TypeVar
 
@@ -19,7 +18,7 @@ from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from proxy import answers, observe, pairing
+from proxy import answers, observe, pairing, recall, rounds
 from proxy import upstream as up
 from proxy.calibration import exact_prompt_tokens, next_factor
 from proxy.compiler import Compiled, compile_request, message_budget
@@ -29,14 +28,13 @@ from proxy.errors import (
     ContextLengthExceeded,
     ModelNotFound,
     ProxyError,
-    UpstreamInvalid,
-    sse_error,
 )
 from proxy.overflow import Overflow, parse_overflow
-from proxy.progress import Progress
 from proxy.protocol import parse_chat
+from proxy.relay import relay
+from proxy.rounds import Rounds, folded
 from proxy.sessions import identify
-from proxy.sse import MAX_CHOICES, StreamAssembler
+from proxy.sse import MAX_CHOICES
 from proxy.store import RequestRef
 from proxy.store.states import Decisions, Prior
 from proxy.store.store import hash_messages
@@ -62,19 +60,25 @@ async def run(
     window = await services.windows.window(upstream, chat.model)
     await turn.load_prior(key.id, body, sendable)
     factor = turn.session_factor(services.calibration.factor(upstream.name, chat.model))
+    # Wherever the recall tool may be offered the budget leaves room for it, so offering it
+    # never changes which view is sent.
+    offered = services.settings.recall.enabled and recall.wanted(sendable, upstream.tools)
+    counted = recall.with_tool(sendable) if offered else sendable
     try:
-        compiled = await turn.fit(upstream, sendable, window, factor)
+        compiled = await turn.fit(upstream, counted, window, factor)
     except ContextLengthExceeded as exc:
         await turn.record(key, body, upstream.name, None, refused=exc)
         await turn.finish(status=exc.status, error=exc.body()["error"])
         raise
     await turn.record(key, body, upstream.name, compiled)
-    r = await _unless_gone(request, turn, turn.forward(upstream, sendable, compiled))
+    outgoing = turn.outgoing(upstream, sendable, counted, compiled)
+    r = await _unless_gone(request, turn, turn.forward(upstream, outgoing, compiled))
     overflow = await _overflow_of(r, turn, upstream)
     if overflow and compiled.budget is not None:
         # The upstream counted more than we estimated: learn from its figures, refit, retry once.
-        compiled = await turn.refit(sendable, compiled, overflow)
-        r = await _unless_gone(request, turn, turn.forward(upstream, sendable, compiled))
+        compiled = await turn.refit(counted, compiled, overflow)
+        outgoing = turn.outgoing(upstream, sendable, counted, compiled)
+        r = await _unless_gone(request, turn, turn.forward(upstream, outgoing, compiled))
         if again := await _overflow_of(r, turn, upstream):
             exc = ContextLengthExceeded(
                 again.prompt_tokens or compiled.tokens_compiled,
@@ -86,14 +90,14 @@ async def run(
     headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
     if chat.stream and r.status_code < 400 and up.is_event_stream(r):
         return StreamingResponse(
-            turn.relay(r, upstream),
+            relay(turn, r, upstream),
             r.status_code,
             up.response_headers(r) | headers,
             media_type="text/event-stream",
         )
     await _unless_gone(request, turn, _read_checked(r, turn, upstream, bool(chat.stream)))
-    await turn.finish_from_json(r)
-    return Response(r.content, r.status_code, up.response_headers(r) | headers)
+    content = await _unless_gone(request, turn, turn.settle(r))
+    return Response(content, r.status_code, up.response_headers(r) | headers)
 
 
 async def _unless_gone(request: Request, turn: Turn, work: Awaitable[T]) -> T:
@@ -141,6 +145,7 @@ class Turn:
         self.attempts: list[dict[str, Any]] = []
         self.hashes: list[str] | None = None
         self.prior: Prior | None = None
+        self.rounds: Rounds | None = None  # set when the recall tool is offered
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this turn's view starts from."""
@@ -171,6 +176,33 @@ class Turn:
             compiled = dataclasses.replace(compiled, tokens_original=self.prior.tokens_original)
         self.compiled = compiled
         return compiled
+
+    def outgoing(
+        self, upstream: Any, plain: dict[str, Any], counted: dict[str, Any], compiled: Compiled
+    ) -> dict[str, Any]:
+        """What to send: with the recall tool when the view holds anything folded or left out."""
+        self.rounds = None
+        if counted is plain or not folded(compiled):
+            return plain
+        hashes = self.hashes or hash_messages(self.messages)
+        self.rounds = Rounds(
+            self.services, upstream, counted, compiled, self.messages, hashes, self.factor
+        )
+        return counted
+
+    async def settle(self, r: httpx.Response) -> bytes:
+        """Close the record of a whole JSON answer; recall calls in it are answered first."""
+        if self.rounds is not None and r.status_code < 400:
+            try:
+                data = await self.rounds.settle(r)
+            except ProxyError as exc:
+                await self.finish(status=exc.status, error=exc.body()["error"])
+                raise
+            if data is not None:
+                await self.finish_from_data(r.status_code, data)
+                return rounds.dumps(data)
+        await self.finish_from_json(r)
+        return r.content
 
     def decisions(self, compiled: Compiled) -> Decisions | None:
         if compiled.state is None:
@@ -321,8 +353,10 @@ class Turn:
     ) -> None:
         if self.ref is None:
             return
-        if isinstance(usage, dict) and self.compiled is not None and status < 400:
-            self.calibrate(self.compiled, usage.get("prompt_tokens"))
+        sent_usage = self.rounds.first_usage() if self.rounds else None
+        calibrating = sent_usage or usage
+        if isinstance(calibrating, dict) and self.compiled is not None and status < 400:
+            self.calibrate(self.compiled, calibrating.get("prompt_tokens"))
         now = time.monotonic()
         await run_in_threadpool(
             self.store.finish_exchange,
@@ -336,6 +370,8 @@ class Turn:
             error=error,
             attempts=self.attempts or None,
             choices=choices,
+            recalls=self.rounds.records if self.rounds else None,
+            sent_usage=sent_usage,
         )
         observe.exchange_finished(self, status, now, first, response, partial, error)
 
@@ -344,88 +380,20 @@ class Turn:
             data = r.json()
         except ValueError:
             data = None
-        data = data if isinstance(data, dict) else {}
+        await self.finish_from_data(r.status_code, data if isinstance(data, dict) else {})
+
+    async def finish_from_data(self, status: int, data: dict[str, Any]) -> None:
         choices = data.get("choices") or [{}]
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
-        error = data.get("error") if r.status_code >= 400 else None
+        error = data.get("error") if status >= 400 else None
         others = [c.get("message") for c in choices[1:MAX_CHOICES] if isinstance(c, dict)]
         await self.finish(
-            status=r.status_code,
+            status=status,
             response=message,
             usage=data.get("usage"),
             error=error if isinstance(error, dict) else None,
             choices=others or None,
         )
-
-    async def relay(self, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
-        """Relay whole events as they come: a cut-off event is never followed by our own."""
-        answer, first, held = StreamAssembler(), None, b""
-        progress = Progress(self.store, self.ref)
-        try:
-            async with aclosing(up.relay_parts(r, upstream)) as parts:
-                async for part in parts:
-                    if isinstance(part, ProxyError):  # an event it cut off is dropped
-                        answer.error, held = part.body()["error"], b""
-                        yield sse_error(part)
-                        break
-                    first = first or time.monotonic()
-                    held += part
-                    cut = sse_end(held)
-                    ready, held = held[:cut], held[cut:]
-                    if ready and (chunk := await self.relayed(ready, answer, progress, upstream)):
-                        yield chunk
-                    if answer.malformed is not None:
-                        break
-            if held and answer.malformed is None:  # the last event, without its blank line
-                yield await self.relayed(held, answer, progress, upstream)
-            if not answer.done and answer.malformed is None and answer.error is None:
-                yield end_unfinished(answer, upstream.name)
-        finally:
-            # Runs on a client disconnect too, where the task is being cancelled: shield the
-            # write so the partial answer is still recorded.
-            with anyio.CancelScope(shield=True):
-                await self.finish(
-                    status=r.status_code,
-                    response=answer.message(),
-                    usage=answer.usage,
-                    partial=not answer.done or answer.error is not None,
-                    error=answer.error,
-                    first=first,
-                    choices=answer.other_messages(),
-                )
-
-    async def relayed(
-        self, chunk: bytes, answer: StreamAssembler, progress: Progress, upstream: Any
-    ) -> bytes:
-        answer.feed(chunk)
-        if answer.malformed is not None:
-            return end_malformed(chunk, answer, upstream.name)
-        await progress.saw(answer)  # before the client sees it: a kill loses none
-        return chunk
-
-
-def sse_end(data: bytes) -> int:
-    """Where the last whole event in `data` ends (0 when none has ended yet)."""
-    ends = ((data.rfind(sep), len(sep)) for sep in (b"\n\n", b"\r\n\r\n"))
-    return max((at + size for at, size in ends if at >= 0), default=0)
-
-
-def end_malformed(chunk: bytes, answer: StreamAssembler, upstream: str) -> bytes:
-    """A chunk holding the first line that is not OpenAI's SSE: relay the events before it,
-    then end the stream with an error rather than hand the client bytes it cannot parse."""
-    bad = answer.malformed or b""
-    exc = UpstreamInvalid(f"Upstream '{upstream}' sent a malformed event stream: {bad[:80]!r}")
-    answer.error = exc.body()["error"]
-    cut = chunk.find(bad) if bad else -1
-    return (chunk[:cut] if cut > 0 else b"") + sse_error(exc)
-
-
-def end_unfinished(answer: StreamAssembler, upstream: str) -> bytes:
-    """The end of a stream the upstream closed without `data: [DONE]`: the client must not
-    take a cut answer for a whole one."""
-    exc = UpstreamInvalid(f"Upstream '{upstream}' ended its event stream without [DONE]")
-    answer.error = exc.body()["error"]
-    return b"\n\n" + sse_error(exc)
 
 
 def compilation_headers(compiled: Compiled) -> dict[str, str]:

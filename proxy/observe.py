@@ -94,6 +94,12 @@ class Metrics:
             ["upstream", "kind"],
             registry=r,
         )
+        self.recalls = Counter(
+            "ctxproxy_recalls",
+            "ctxproxy_recall calls answered: ok, truncated, not_found, no_match, bad_call, no_room",
+            ["upstream", "outcome"],
+            registry=r,
+        )
 
 
 @dataclass
@@ -115,6 +121,7 @@ class Exchange:
     error: dict[str, Any] | None = None
     messages: list[dict[str, Any]] | None = None  # only logged with log_content
     response: dict[str, Any] | None = None
+    recalls: list[dict[str, Any]] = field(default_factory=list)
 
 
 def exchange_finished(
@@ -144,6 +151,7 @@ def exchange_finished(
         error=error,
         messages=turn.messages,
         response=response,
+        recalls=turn.rounds.records if turn.rounds else [],
     )
     services = turn.services
     observe(services.metrics, x, log_content=services.settings.log_content)
@@ -174,6 +182,8 @@ def _count(m: Metrics, x: Exchange) -> None:
         phase = "" if e.phase is None else str(e.phase)
         m.compactions.labels(e.strategy, phase).inc()
         m.compaction_saved.labels(e.strategy, phase).inc(max(0, e.tokens_before - e.tokens_after))
+    for call in x.recalls:
+        m.recalls.labels(x.upstream, call["outcome"]).inc()
     if kind := upstream_error_kind(x.status, x.error):
         m.upstream_errors.labels(x.upstream, kind).inc()
 
@@ -208,6 +218,8 @@ def access_record(x: Exchange, log_content: bool) -> dict[str, Any]:
         "phases": phases,
         "pid": os.getpid(),
     }
+    if x.recalls:
+        record["recalls"] = [c["outcome"] for c in x.recalls]
     if x.error:
         # Type and code only: an upstream's error message may quote the prompt.
         record["error"] = {"type": x.error.get("type"), "code": x.error.get("code")}

@@ -38,6 +38,7 @@ class Upstream(_Strict):
     max_connections: int = Field(128, gt=0)  # this server's own pool
     max_response_bytes: int = Field(64 * 1024 * 1024, gt=0)  # a bigger answer is a 502
     discovery_ttl: float = Field(300.0, ge=0)
+    tools: bool = True  # false: this server takes no tools, so ctxproxy_recall is not offered
 
     @field_validator("base_url")
     @classmethod
@@ -103,6 +104,12 @@ class CompactionSettings(_Strict):
         return names
 
 
+class RecallSettings(_Strict):
+    enabled: bool = True
+    rounds: int = Field(3, ge=1, le=10)  # recall requests per client request, at most
+    max_tokens: int = Field(2000, ge=64)  # a recall result's cap, within what the window allows
+
+
 class Settings(BaseSettings):
     """Everything ctxproxy reads at start. Unknown keys are an error, so typos fail loudly."""
 
@@ -121,6 +128,7 @@ class Settings(BaseSettings):
         Upstream(name="local", kind="llamacpp", base_url="http://127.0.0.1:8081/v1")
     ]
     compaction: CompactionSettings = CompactionSettings()
+    recall: RecallSettings = RecallSettings()
     log_level: str = "info"
     log_content: bool = False  # message text in the access log (privacy: off by default)
 
@@ -135,6 +143,11 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment beats the file, which arrives as init kwargs.
         return env_settings, init_settings
+
+    @field_validator("recall", mode="before")
+    @classmethod
+    def _recall_switch(cls, v: Any) -> Any:
+        return {"enabled": v} if isinstance(v, bool) else v  # `recall: false` turns it off
 
     def upstream_for(self, model: str) -> Upstream | None:
         exact = next((u for u in self.upstreams if u.serves(model)), None)

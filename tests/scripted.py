@@ -10,6 +10,10 @@ stall          starts a stream, then sends nothing
 hang           sends nothing at all, not even headers
 tight          refuses prompts of 2,000+ tokens (chars/4) as llama.cpp does, else echoes
 garbled        streams one chunk, then an event whose JSON is cut off, then more and [DONE]
+recaller       with ctxproxy_recall offered and the last user message "RECALL <json args>",
+               says "Looking." and calls it with those arguments; given the result, answers
+               "recalled: <result>" (stream or not); `recaller-mixed` also calls the client's
+               read_file in the same answer
 not-sse        answers 200 text/event-stream with an HTML error page for a body
 bulk           streams 64 chunks of 64 KiB as fast as the reader takes them (4 MiB in all)
 
@@ -123,6 +127,8 @@ class Script:
             await asyncio.sleep(3600)
         if model == "tools":
             return self._tools(body, stream)
+        if model.startswith("recaller"):
+            return self._recaller(body, stream, mixed=model == "recaller-mixed")
         text = "echo: " + last_user_text(body["messages"])
         if not stream:
             return JSONResponse(completion(model, text, body))
@@ -168,8 +174,49 @@ class Script:
             return JSONResponse(completion("tools", None, body, message=msg, finish="tool_calls"))
         return StreamingResponse(self._tool_deltas(calls), media_type="text/event-stream")
 
-    async def _tool_deltas(self, calls: list[dict[str, Any]]) -> AsyncIterator[bytes]:
-        yield sse(chunk("tools", {"role": "assistant", "content": None}))
+    def _recaller(self, body: dict[str, Any], stream: bool, mixed: bool) -> Response:
+        model, last = body["model"], body["messages"][-1]
+        offered = any(
+            (t.get("function") or {}).get("name") == "ctxproxy_recall"
+            for t in body.get("tools", [])
+        )
+        asked = last_user_text(body["messages"])
+        if last["role"] == "tool" or not offered or not asked.startswith("RECALL "):
+            text = "recalled: " + (last["content"] if last["role"] == "tool" else "nothing")
+            if not stream:
+                return JSONResponse(completion(model, text, body))
+            return StreamingResponse(self._words(model, text, body), media_type="text/event-stream")
+        calls = [
+            {
+                "id": f"call_r{len(body['messages'])}",
+                "type": "function",
+                "function": {"name": "ctxproxy_recall", "arguments": asked.removeprefix("RECALL ")},
+            }
+        ]
+        if mixed:
+            args = '{"path": "a.py"}'
+            calls.append(
+                {
+                    "id": "call_f",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": args},
+                }
+            )
+        if not stream:
+            msg = {"role": "assistant", "content": "Looking.", "tool_calls": calls}
+            return JSONResponse(completion(model, None, body, message=msg, finish="tool_calls"))
+        return StreamingResponse(
+            self._tool_deltas(calls, model, "Looking.", body), media_type="text/event-stream"
+        )
+
+    async def _tool_deltas(
+        self,
+        calls: list[dict[str, Any]],
+        model: str = "tools",
+        text: str | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> AsyncIterator[bytes]:
+        yield sse(chunk(model, {"role": "assistant", "content": text}))
         for i, call in enumerate(calls):
             head = {
                 "index": i,
@@ -177,13 +224,15 @@ class Script:
                 "type": "function",
                 "function": {"name": call["function"]["name"], "arguments": ""},
             }
-            yield sse(chunk("tools", {"tool_calls": [head]}))
+            yield sse(chunk(model, {"tool_calls": [head]}))
             args = call["function"]["arguments"]
             for part in (args[: len(args) // 2], args[len(args) // 2 :]):
                 yield sse(
-                    chunk("tools", {"tool_calls": [{"index": i, "function": {"arguments": part}}]})
+                    chunk(model, {"tool_calls": [{"index": i, "function": {"arguments": part}}]})
                 )
-        yield sse(chunk("tools", {}, finish="tool_calls"))
+        yield sse(chunk(model, {}, finish="tool_calls"))
+        if body is not None and (body.get("stream_options") or {}).get("include_usage"):
+            yield sse({**chunk(model, {}), "choices": [], "usage": usage(body, text)})
         yield b"data: [DONE]\n\n"
 
     async def _words(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:

@@ -137,6 +137,8 @@ class ExchangeRow(Base):
     progress: Mapped[dict[str, Any] | None]
     # With n > 1: the answers of choices 1, 2, … (choice 0 is the response, in the history).
     choices: Mapped[list[Any] | None]
+    # The model's ctxproxy_recall calls, one dict each: round, arguments, outcome, result.
+    recalls: Mapped[list[Any] | None]
 
 
 class InstanceRow(Base):

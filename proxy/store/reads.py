@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Row, case, exists, func, select
 from sqlalchemy.orm import Session, aliased
 
+from proxy import recall
 from proxy.store import history
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, MessageRow, SessionRow
 from proxy.store.views import (
@@ -353,7 +354,12 @@ def get_exchange(s: Session, session_id: str, seq: int) -> ExchangeDetail | None
     return ExchangeDetail(
         exchange=_exchange_summary(x, _turns(s, session_id)),
         request={**x.params, "messages": original},
-        compiled_request={**x.params, "messages": compiled},
+        # With the recall tool offered (recalls is a list, empty when it went uncalled), the
+        # forwarded request carried it after the client's own tools.
+        compiled_request={
+            **(recall.with_tool(x.params) if x.recalls is not None else x.params),
+            "messages": compiled,
+        },
         compiled_hashes=compiled_hashes,
         events=list(x.events),
         response=response,
@@ -361,6 +367,7 @@ def get_exchange(s: Session, session_id: str, seq: int) -> ExchangeDetail | None
         usage=x.usage,
         error=x.error,
         attempts=x.attempts,
+        recalls=x.recalls,
         leaf_entry_id=x.leaf_entry_id,
         response_entry_id=x.response_entry_id,
         choices=x.choices,

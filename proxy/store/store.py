@@ -187,9 +187,13 @@ class Store:
         error: dict[str, Any] | None,
         attempts: list[dict[str, Any]] | None = None,
         choices: list[dict[str, Any]] | None = None,
+        recalls: list[dict[str, Any]] | None = None,
+        sent_usage: dict[str, Any] | None = None,
     ) -> None:
         """Close an exchange; its answer (complete or partial) joins the session's history,
-        the answers of further choices (n > 1) are kept beside it."""
+        the answers of further choices (n > 1) are kept beside it. `usage` is what the client
+        got (all recall rounds added up); the token columns hold `sent_usage`, the first
+        request's, when recall rounds ran: what the compiled view cost."""
         answer = message_hash(response) if response is not None else None
 
         def work(s: Session) -> None:
@@ -230,8 +234,9 @@ class Store:
                     error=error,
                     attempts=attempts,
                     choices=choices,
+                    recalls=recalls,
                     progress=None,
-                    **_usage_columns(usage),
+                    **_usage_columns(sent_usage or usage),
                 )
             )
             s.execute(

@@ -141,6 +141,7 @@ class ExchangeDetail:
     leaf_entry_id: int
     response_entry_id: int | None
     choices: list[dict[str, Any]] | None = None  # with n > 1: the answers of choices 1, 2, …
+    recalls: list[dict[str, Any]] | None = None  # the model's ctxproxy_recall calls, answered
 
 
 @dataclass(frozen=True)

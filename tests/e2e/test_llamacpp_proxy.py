@@ -8,8 +8,11 @@ import httpx
 import openai
 import pytest
 
+from proxy import recall
+from proxy.tokens import TokenCounter
 from tests.llamacpp import LlamaServer
 from tests.servers import ServerThread
+from tests.strategies.helpers import agent_history, log_lines
 
 pytestmark = pytest.mark.llama
 
@@ -37,8 +40,11 @@ def test_plain_chat_same_as_direct(llama: LlamaServer, via_proxy: ServerThread) 
     answer = got.parse()
     assert answer.choices[0].message.content == want.choices[0].message.content
     assert answer.usage.prompt_tokens == want.usage.prompt_tokens
-    # The window came from the server's /props: 8192 over 2 slots = 4096 per slot.
-    assert int(got.headers["x-ctxproxy-budget"]) == 4096 - 24 - math.ceil(0.05 * 4096)
+    # The window came from the server's /props: 8192 over 2 slots = 4096 per slot; the budget
+    # leaves room for the recall tool's definition too, offered once anything is folded.
+    recall_tool = TokenCounter().count_tools([recall.DEFINITION])
+    budget = 4096 - 24 - math.ceil(0.05 * 4096) - recall_tool
+    assert int(got.headers["x-ctxproxy-budget"]) == budget
     assert got.headers["x-ctxproxy-compaction"] == "none"
 
 
@@ -66,3 +72,33 @@ def test_overflow_from_llama_is_context_length_exceeded(via_proxy: ServerThread)
     )
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_folded_view_offers_recall_and_llama_takes_the_request(
+    via_proxy: ServerThread, stream: bool
+) -> None:
+    """A long agent history folds into the 4k slot: the forwarded request carries
+    ctxproxy_recall after the client's tool, llama.cpp accepts it, the client never sees it."""
+    history = [
+        *agent_history([log_lines(120) for _ in range(12)]),
+        {"role": "user", "content": "What did the first command print?"},
+    ]
+    tool = {"type": "function", "function": {"name": "run_command", "parameters": {}}}
+    client = openai.OpenAI(base_url=via_proxy.url + "/v1", api_key="x")
+    kw = dict(model="smollm2", messages=history, tools=[tool], temperature=0, max_tokens=32)
+    sid = {"X-Session-Id": f"recall-{stream}"}
+    if stream:
+        chunks = list(client.chat.completions.create(**kw, stream=True, extra_headers=sid))
+        calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+        names = [tc.function.name for tc in calls if tc.function and tc.function.name]
+    else:
+        answer = client.chat.completions.create(**kw, extra_headers=sid)
+        names = [tc.function.name for tc in answer.choices[0].message.tool_calls or []]
+    assert "ctxproxy_recall" not in names
+    x = httpx.get(f"{via_proxy.url}/sessions/recall-{stream}/exchanges/1").json()
+    assert x["exchange"]["status"] == 200
+    sent = x["compiled_request"]
+    assert [t["function"]["name"] for t in sent["tools"]] == ["run_command", "ctxproxy_recall"]
+    assert len(sent["messages"]) < len(history)  # folded: old steps left out
+    assert isinstance(x["recalls"], list)

@@ -1,0 +1,246 @@
+"""The `ctxproxy_recall` tool: what a placeholder or marker left out, got back from the raw history.
+
+The session's raw history for this branch is the request's own message list, exactly as it
+was stored before forwarding: a ref names a message in it (`/messages/<hash prefix>`, the
+form placeholders carry) or a position (`history:12`, `history:3-9`, the form markers carry);
+a query searches every message's text, tool-call arguments and names. Nothing else is
+reachable, so a session can recall only its own history.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+NAME = "ctxproxy_recall"
+CONTEXT_LINES = 2  # around a matching line
+MIN_ROOM = 64  # tokens: below this, say the window is full instead of cutting to nothing
+
+DEFINITION: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": NAME,
+        "description": (
+            "Get back conversation content that was folded or left out to fit the context "
+            'window. Pass `ref` as a placeholder or marker names it ("/messages/<id>" or '
+            '"history:<position>") for the original text, or `query` (words or a regular '
+            "expression) to search the whole conversation, tool outputs included."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "ref": {"type": "string", "description": "/messages/<id> or history:<n>"},
+                "query": {"type": "string", "description": "words or a regular expression"},
+            },
+        },
+    },
+}
+
+_REF = re.compile(r"^\s*(?:/messages/([0-9a-fA-F]{8,64})|history:(\d+)(?:\s*-\s*(\d+))?)\s*$")
+_REGEX_HINT = re.compile(r"[\\^$.|?*+()\[\]{}]")
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A tool result and how it went: ok, truncated, not_found, no_match, bad_call, no_room."""
+
+    text: str
+    outcome: str
+    tokens: int = 0
+
+
+def wanted(body: dict[str, Any], tools_supported: bool) -> bool:
+    """Whether the client lets us add a tool: not when it forbids tools or forces one."""
+    choice, n = body.get("tool_choice"), body.get("n")
+    forced = choice == "none" or choice == "required" or isinstance(choice, dict)
+    return tools_supported and not forced and n in (None, 1)
+
+
+def with_tool(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with the recall tool after the client's own (their prefix stays as it was)."""
+    tools = [t for t in body.get("tools") or [] if not is_recall_tool(t)]
+    return {**body, "tools": [*tools, DEFINITION]}
+
+
+def without_tool(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as the client sent it, tool-wise: for a last round that must answer."""
+    out = dict(body)
+    tools = [t for t in out.get("tools") or [] if not is_recall_tool(t)]
+    if tools:
+        out["tools"] = tools
+    else:
+        out.pop("tools", None)
+        out.pop("tool_choice", None)
+    return out
+
+
+def is_recall_tool(tool: Any) -> bool:
+    return isinstance(tool, dict) and (tool.get("function") or {}).get("name") == NAME
+
+
+def is_recall_call(call: Any) -> bool:
+    return isinstance(call, dict) and (call.get("function") or {}).get("name") == NAME
+
+
+def run(
+    arguments: Any,
+    messages: Sequence[dict[str, Any]],
+    hashes: Sequence[str],
+    room: int,
+    count: Callable[[str], int],
+) -> Recalled:
+    """Answer one call's JSON `arguments` from `messages`, within `room` tokens."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return _bad('the arguments are not valid JSON; pass {"ref": "..."} or {"query": "..."}')
+    if not isinstance(args, dict):
+        return _bad('pass an object: {"ref": "..."} or {"query": "..."}')
+    ref, query = args.get("ref"), args.get("query")
+    if room < MIN_ROOM:
+        return Recalled(
+            "[ctxproxy: no room is left in the context window for recalled text this turn; "
+            "answer from what you have.]",
+            "no_room",
+        )
+    if isinstance(ref, str) and ref.strip():
+        return _fit(*_by_ref(ref, messages, hashes), room, count)
+    if isinstance(query, str) and query.strip():
+        return _fit(*_by_query(query, messages), room, count)
+    return _bad('give a non-empty "ref" (e.g. "history:12") or "query" (words or a regex)')
+
+
+def _bad(why: str) -> Recalled:
+    return Recalled(f"[ctxproxy_recall: {why}.]", "bad_call")
+
+
+def _by_ref(ref: str, messages: Sequence[dict[str, Any]], hashes: Sequence[str]) -> tuple[str, str]:
+    m = _REF.match(ref)
+    if m is None:
+        return (
+            f'[ctxproxy_recall: "{ref[:80]}" is not a ref; refs look like "/messages/<id>" or '
+            '"history:<position>". To search, pass "query" instead.]',
+            "bad_call",
+        )
+    digest, first, last = m.groups()
+    if digest:
+        digest = digest.lower()
+        found = [i for i, h in enumerate(hashes) if h.startswith(digest)]
+        if not found:
+            return (
+                f"[ctxproxy_recall: no message {ref.strip()} in this conversation.]",
+                "not_found",
+            )
+        positions = found[-1:]  # the same message twice is the same text: give the newest
+    else:
+        a, b = int(first), int(last) if last else int(first)
+        positions = [i for i in range(min(a, b), max(a, b) + 1) if i < len(messages)]
+        if not positions:
+            return (
+                f"[ctxproxy_recall: the conversation has positions 0-{len(messages) - 1}; "
+                f"{ref.strip()} is past its end.]",
+                "not_found",
+            )
+    calls = _calls(messages)
+    return "\n\n".join(_whole(i, messages[i], calls) for i in positions), "ok"
+
+
+def _by_query(query: str, messages: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    match = _matcher(query)
+    if match is None:
+        return f'[ctxproxy_recall: "{query[:80]}" is not a valid regular expression.]', "bad_call"
+    sections, hits, calls = [], 0, _calls(messages)
+    for i, msg in enumerate(messages):
+        lines = _text(msg).splitlines()
+        found = [n for n, line in enumerate(lines) if match(line)]
+        if not found:
+            continue
+        hits += len(found)
+        keep = sorted(
+            {k for n in found for k in range(n - CONTEXT_LINES, n + CONTEXT_LINES + 1)}
+            & set(range(len(lines)))
+        )
+        body, last = [], -2
+        for k in keep:
+            if k != last + 1:
+                body.append(f"  … line {k + 1}:")
+            body.append(lines[k])
+            last = k
+        sections.append(f"{_label(i, msg, calls)}\n" + "\n".join(body))
+    if not sections:
+        return f'[ctxproxy_recall: nothing in this conversation matches "{query[:80]}".]', (
+            "no_match"
+        )
+    head = f"[ctxproxy_recall: {hits} matching lines in {len(sections)} messages]"
+    return head + "\n\n" + "\n\n".join(sections), "ok"
+
+
+def _matcher(query: str) -> Callable[[str], bool] | None:
+    """A regex when the query looks like one, else lines holding every word (any case)."""
+    if _REGEX_HINT.search(query):
+        try:
+            pattern = re.compile(query, re.IGNORECASE)
+        except re.error:
+            return None
+        return lambda line: pattern.search(line) is not None
+    words = [w.lower() for w in query.split()]
+    return lambda line: all(w in line.lower() for w in words)
+
+
+def _fit(text: str, outcome: str, room: int, count: Callable[[str], int]) -> Recalled:
+    """Cut `text` to `room` tokens, saying what was cut and how to narrow."""
+    tokens = count(text)
+    if tokens <= room:
+        return Recalled(text, outcome, tokens)
+    note = (
+        "\n[ctxproxy_recall: cut here, {:,} of {:,} characters shown; narrow it with a more "
+        'specific query, or a single "history:<position>".]'
+    )
+    keep = int(len(text) * room / tokens * 0.95)
+    while keep > 0:
+        cut = text[:keep] + note.format(keep, len(text))
+        if (used := count(cut)) <= room:
+            return Recalled(cut, "truncated", used)
+        keep = int(keep * 0.85)
+    return Recalled("[ctxproxy_recall: no room for any of it.]", "no_room")
+
+
+def _whole(i: int, msg: dict[str, Any], calls: dict[str, str]) -> str:
+    return f"{_label(i, msg, calls)}\n{_text(msg)}"
+
+
+def _label(i: int, msg: dict[str, Any], calls: dict[str, str]) -> str:
+    """`--- history:7 (tool read_file {"path": "a.py"}) ---`: where it is, who said it."""
+    role = msg.get("role", "?")
+    name = calls.get(msg.get("tool_call_id") or "") or msg.get("name") or ""
+    return f"--- history:{i} ({role}{' ' + name if name else ''}) ---"
+
+
+def _calls(messages: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Each tool call's id, with the name and (the start of) the arguments it was made with."""
+    named = {}
+    for msg in messages:
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(call.get("id"), str):
+                args = str(fn.get("arguments") or "")
+                named[call["id"]] = f"{fn.get('name', '')} {args[:80]}".strip()
+    return named
+
+
+def _text(msg: dict[str, Any]) -> str:
+    """Everything searchable in a message: its text, then each tool call's name and arguments."""
+    content = msg.get("content")
+    if isinstance(content, list):  # multimodal: its text parts
+        texts = [p.get("text") for p in content if isinstance(p, dict)]
+        parts = [t for t in texts if isinstance(t, str)]
+    else:
+        parts = [content if isinstance(content, str) else ""]
+    for call in msg.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+    return "\n".join(p for p in parts if p)
