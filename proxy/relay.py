@@ -37,7 +37,7 @@ async def relay(turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[by
             current = None
             if filt is not None and filt.going_on and answer.error is None:
                 try:
-                    rounds.answer(filt.message(), filt.recall_calls())
+                    await rounds.answer(filt.message(), filt.recall_calls())
                     filt.start_round()
                     current = await rounds.send(stream=True)
                 except ProxyError as exc:

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import httpx
+from starlette.concurrency import run_in_threadpool
 
 from proxy import answers, recall
 from proxy import upstream as up
@@ -52,13 +53,16 @@ class Rounds:
     def more(self) -> bool:
         return self.sent < self.settings.rounds
 
-    def answer(self, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
-        """Run the model's recall calls; their call and results join the upstream-side view."""
+    async def answer(self, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+        """Run the model's recall calls (off the event loop: a search over a long history
+        takes a while); their call and results join the upstream-side view."""
         self.extra.append(_call_message(message, calls))
         for call in calls:
             started = time.monotonic()
             arguments = (call.get("function") or {}).get("arguments")
-            got = recall.run(arguments, self.raw, self.hashes, self.room(), self.count)
+            got = await run_in_threadpool(
+                recall.run, arguments, self.raw, self.hashes, self.room(), self.count
+            )
             self.extra.append({"role": "tool", "tool_call_id": call.get("id"), "content": got.text})
             self.records.append(
                 {
@@ -127,7 +131,7 @@ class Rounds:
             mine, theirs = split(message)
             if not mine or theirs or not self.more:
                 break
-            self.answer(message, mine)
+            await self.answer(message, mine)
             data = (await self.send(stream=False)).json()
         strip(data)
         data["usage"] = added(self.usages)
