@@ -140,8 +140,10 @@ def evidence(msgs: list[dict]) -> dict[str, str]:
 # --- the upstream: counts like a model server, answers with the next step ---------------------
 
 
-def render(messages: list[dict]) -> str:
-    parts = []
+def render(messages: list[dict], tools: list | None = None) -> str:
+    """The prompt as a chat template lays it out: tool definitions first, as ChatML-style
+    templates put them in the system part."""
+    parts = [f"<|im_start|>tools\n{json.dumps(tools)}<|im_end|>\n"] if tools else []
     for m in messages:
         content = m.get("content")
         text = content if isinstance(content, str) else json.dumps(content or "")
@@ -168,7 +170,7 @@ class Upstream:
 
         async def chat(request: Request) -> JSONResponse:
             body = await request.json()
-            text = render(body["messages"])
+            text = render(body["messages"], body.get("tools"))
             tokens = round(counter.text(text) * INFLATE)
             over = tokens > self.window
             self.prompts.append((text, tokens, over))
@@ -216,6 +218,7 @@ class Run:
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
+    "recall off": {"recall": False},
     "previous default": {"code": PREVIOUS},
     "sliding_window": {"compaction": {"pipeline": ["sliding_window"]}},
 }
@@ -263,8 +266,9 @@ def _start_proxy(wd: Path, upstream: str, window: int, cfg: dict, code: Path | N
         ],
         "log_level": "warning",
     }
-    if "compaction" in cfg:
-        config["compaction"] = cfg["compaction"]
+    for key in ("compaction", "recall"):
+        if key in cfg:
+            config[key] = cfg[key]
     (wd / "config.yaml").write_text(json.dumps(config))
     port = c.free_port()
     argv = [sys.executable, "-m", "proxy.cli", "serve", "--config", "config.yaml"]
