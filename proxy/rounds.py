@@ -56,6 +56,8 @@ class Rounds:
     async def answer(self, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
         """Run the model's recall calls (off the event loop: a search over a long history
         takes a while); their call and results join the upstream-side view."""
+        for n, call in enumerate(calls):  # a result must name its call: give one an id
+            call["id"] = call.get("id") or f"call_ctxproxy_recall_{self.sent}_{n}"
         self.extra.append(_call_message(message, calls))
         for call in calls:
             started = time.monotonic()
