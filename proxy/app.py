@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from fastapi import FastAPI, Request
@@ -22,11 +22,12 @@ from proxy.guard import HostGuard
 from proxy.liveness import Liveness
 from proxy.observe import Metrics, RequestMetrics
 from proxy.pools import UpstreamPools
-from proxy.routes import audit, chat, health, metrics, models, passthrough, ui
+from proxy.routes import audit, chat, health, messages, metrics, models, passthrough, ui
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.tokens import TokenCounter
 from proxy.windows import Windows
+from proxy.wire import anthropic
 
 log = logging.getLogger("ctxproxy")
 
@@ -42,6 +43,8 @@ class Services:
     windows: Windows
     calibration: Calibration
     metrics: Metrics
+    # (upstream, api) pairs that answered 404 natively: translated from then on
+    wire_fallbacks: set[tuple[str, str]] = field(default_factory=set)
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
@@ -76,6 +79,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(health.router)
     app.include_router(audit.router)
     app.include_router(chat.router)
+    app.include_router(messages.router)
     app.include_router(models.router)
     app.include_router(passthrough.router)
     app.include_router(ui.router)
@@ -99,6 +103,9 @@ def app_from_env() -> FastAPI:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JSONResponse:
+        if anthropic.is_messages_path(request.url.path):
+            body = anthropic.proxy_error_body(exc)
+            return JSONResponse(body, status_code=exc.status, headers=exc.headers)
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)

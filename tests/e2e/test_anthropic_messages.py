@@ -1,0 +1,211 @@
+"""Anthropic's Messages API through ctxproxy, driven by the official `anthropic` SDK, against
+the scripted upstream that serves chat completions only: every request is translated."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import pytest
+
+from tests.e2e.test_sessions_audit import noisy_log
+from tests.scripted import Script
+from tests.servers import ServerThread
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def client(proxy: ServerThread, **kw) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=proxy.url, api_key="client-key", max_retries=0, **kw)
+
+
+def test_create_plain_text(proxy: ServerThread, script: Script) -> None:
+    r = client(proxy).messages.with_raw_response.create(
+        model="echo",
+        max_tokens=64,
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        messages=[{"role": "user", "content": "hello there"}],
+        stop_sequences=["END"],
+        metadata={"user_id": "user_abc_session_42"},
+    )
+    message = r.parse()
+    assert message.type == "message" and message.role == "assistant"
+    assert message.content[0].type == "text"
+    assert message.content[0].text == "echo: hello there"
+    assert message.stop_reason == "end_turn"
+    assert message.usage.input_tokens > 0
+    assert r.headers["x-ctxproxy-session"] == "user_abc_session_42"
+    sent = script.received[-1]
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello there"},
+    ]
+    assert sent["stop"] == ["END"] and sent["max_tokens"] == 64
+    assert "ctxproxy_api" not in sent
+
+
+def test_stream_text(proxy: ServerThread) -> None:
+    with client(proxy).messages.stream(
+        model="echo", max_tokens=64, messages=[{"role": "user", "content": "one two three"}]
+    ) as stream:
+        pieces = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert len(pieces) > 2  # really streamed, word by word
+    assert "".join(pieces).strip() == "echo: one two three"
+    assert final.content[0].text.strip() == "echo: one two three"
+    assert final.stop_reason == "end_turn"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_use_round_trip(proxy: ServerThread, script: Script, stream: bool) -> None:
+    c = client(proxy)
+    messages: list[dict] = [{"role": "user", "content": "Weather in Paris and Oslo?"}]
+    kw = dict(model="tools", max_tokens=64, tools=[WEATHER], messages=messages)
+    if stream:
+        with c.messages.stream(**kw) as s:
+            answer = s.get_final_message()
+    else:
+        answer = c.messages.create(**kw)
+    assert answer.stop_reason == "tool_use"
+    uses = [b for b in answer.content if b.type == "tool_use"]
+    assert [(u.name, u.input) for u in uses] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "Oslo"}),
+    ]
+    assert script.received[-1]["tools"][0]["function"]["name"] == "get_weather"
+    results = [
+        {"type": "tool_result", "tool_use_id": u.id, "content": f"sunny in {u.input['city']}"}
+        for u in uses
+    ]
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in answer.content]},
+        {"role": "user", "content": [*results, {"type": "text", "text": "thanks"}]},
+    ]
+    final = c.messages.create(model="echo", max_tokens=64, tools=[WEATHER], messages=messages)
+    assert final.content[0].text == "echo: thanks"
+    sent = script.received[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"]
+    assert [c["id"] for c in sent[1]["tool_calls"]] == [u.id for u in uses]
+    assert sent[2] == {"role": "tool", "tool_call_id": uses[0].id, "content": "sunny in Paris"}
+
+
+def tool_history(steps: int) -> list[dict]:
+    messages: list[dict] = [{"role": "user", "content": "Make the test suite pass."}]
+    for step in range(steps):
+        call = f"toolu_{step:03d}"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": f"step {step}", "signature": f"sig{step}"},
+                    {"type": "text", "text": f"Running the tests, step {step}."},
+                    {"type": "tool_use", "id": call, "name": "bash", "input": {"cmd": "pytest"}},
+                ],
+            }
+        )
+        result = {"type": "tool_result", "tool_use_id": call, "content": noisy_log(step % 60)}
+        messages.append({"role": "user", "content": [result]})
+    messages[-1]["content"].append({"type": "text", "text": "what now?"})
+    return messages
+
+
+def test_forty_step_history_into_4k_window(start_proxy, settings_for, upstream_url) -> None:
+    proxy = start_proxy(
+        settings_for(
+            upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 4096}]
+        )
+    )
+    r = client(proxy, default_headers={"x-session-id": "claude-40"}).messages.with_raw_response
+    answer = r.create(model="echo", max_tokens=256, messages=tool_history(40))
+    assert answer.parse().content[0].text == "echo: what now?"
+    original = int(answer.headers["x-ctxproxy-tokens-original"])
+    compiled = int(answer.headers["x-ctxproxy-tokens-compiled"])
+    assert original > 4096 * 5 and compiled <= int(answer.headers["x-ctxproxy-budget"])
+    assert answer.headers["x-ctxproxy-compaction"] != "none"
+    detail = httpx.get(f"{proxy.url}/sessions/claude-40/exchanges/1").json()
+    assert detail["events"] and detail["request"]["ctxproxy_api"] == "messages"
+    assert detail["response"]["content"] == "echo: what now?"
+    # The stored history is the neutral form: 40 tool calls, each with its result.
+    stored = detail["request"]["messages"]
+    assert sum(m["role"] == "tool" for m in stored) == 40
+
+
+def test_errors_in_anthropic_envelope(start_proxy, settings_for) -> None:
+    proxy = start_proxy(settings_for(api_keys=["sekrit"]))
+    with pytest.raises(anthropic.AuthenticationError) as denied:
+        client(proxy).messages.create(
+            model="echo", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert denied.value.body["error"]["type"] == "authentication_error"
+    ok = anthropic.Anthropic(base_url=proxy.url, api_key="sekrit", max_retries=0)
+    assert (
+        ok.messages.create(model="echo", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        .content[0]
+        .text
+        == "echo: hi"
+    )
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        ok.messages.create(
+            model="fail-400", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+        )
+    assert bad.value.body == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "scripted failure 400"},
+    }
+    with pytest.raises(anthropic.RateLimitError):
+        ok.messages.create(
+            model="fail-429", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+        )
+
+
+def test_too_long_is_prompt_too_long(start_proxy, settings_for, upstream_url) -> None:
+    proxy = start_proxy(
+        settings_for(
+            upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 2048}]
+        )
+    )
+    r = httpx.post(
+        proxy.url + "/v1/messages",
+        json={
+            "model": "echo",
+            "max_tokens": 64,
+            "system": "word " * 5000,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
+    assert r.status_code == 400
+    err = r.json()
+    assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error"
+    assert err["error"]["message"].startswith("prompt is too long: ")
+
+
+def test_count_tokens(proxy: ServerThread) -> None:
+    c = client(proxy)
+    small = c.messages.count_tokens(model="echo", messages=[{"role": "user", "content": "hi"}])
+    big = c.messages.count_tokens(
+        model="echo", tools=[WEATHER], messages=[{"role": "user", "content": "hi " * 500}]
+    )
+    assert 0 < small.input_tokens < big.input_tokens
+
+
+def test_unknown_block_fields_survive_in_store(proxy: ServerThread, script: Script) -> None:
+    body = {
+        "model": "echo",
+        "max_tokens": 16,
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+            }
+        ],
+    }
+    r = httpx.post(
+        proxy.url + "/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}
+    )
+    assert r.status_code == 200, r.text
+    assert json.loads(r.text)["content"][0]["text"] == "echo: hi"
