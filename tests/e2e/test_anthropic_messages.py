@@ -209,3 +209,55 @@ def test_unknown_block_fields_survive_in_store(proxy: ServerThread, script: Scri
     )
     assert r.status_code == 200, r.text
     assert json.loads(r.text)["content"][0]["text"] == "echo: hi"
+
+
+def test_native_forwarding_keeps_untouched_messages_byte_exact(
+    start_proxy, settings_for, upstream_url, script: Script
+) -> None:
+    """An upstream that serves /v1/messages gets the client's own blocks back, signatures and
+    cache_control included, for every message compaction left alone; the others are rebuilt."""
+    proxy = start_proxy(
+        settings_for(
+            upstreams=[
+                {
+                    "name": "native",
+                    "base_url": upstream_url,
+                    "context_window": 4096,
+                    "apis": ["chat", "messages"],
+                }
+            ]
+        )
+    )
+    history = tool_history(40)
+    history[0] = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Make it pass.", "cache_control": {"type": "ephemeral"}}
+        ],
+        "x_unknown": {"kept": True},
+    }
+    r = httpx.post(
+        proxy.url + "/v1/messages",
+        json={"model": "any", "max_tokens": 256, "system": "You fix bugs.", "messages": history},
+        headers={"anthropic-version": "2023-06-01", "anthropic-beta": "tools-2024"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["content"][0]["text"] == "native: what now?"
+    assert r.headers["x-ctxproxy-compaction"] != "none"
+    sent = script.received[-1]
+    assert script.headers[-1]["anthropic-version"] == "2023-06-01"
+    assert script.headers[-1]["anthropic-beta"] == "tools-2024"
+    assert sent["system"] == "You fix bugs."
+    assert sent["messages"][0] == history[0]  # unknown fields and cache_control too
+    assert sent["messages"][-3] == history[-2]  # the latest step, thinking and all
+    # Its log was folded: the message is rebuilt, the result and the text apart.
+    assert sent["messages"][-2]["content"][0]["tool_use_id"] == "toolu_039"
+    assert "folded" in sent["messages"][-2]["content"][0]["content"]
+    assert sent["messages"][-1] == {"role": "user", "content": "what now?"}
+    kept = [m for m in sent["messages"] if m in history]
+    assert len(kept) < len(sent["messages"]) <= len(history)  # some were compacted
+    assert any(b.get("signature") for m in kept[1:] for b in m["content"])
+    # The raw request bytes hold each untouched message as the client wrote it.
+    raw = script.raw[-1].decode()
+    assert '"signature": "sig39"' in raw or '"signature":"sig39"' in raw
