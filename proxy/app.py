@@ -22,7 +22,17 @@ from proxy.guard import HostGuard
 from proxy.liveness import Liveness
 from proxy.observe import Metrics, RequestMetrics
 from proxy.pools import UpstreamPools
-from proxy.routes import audit, chat, health, messages, metrics, models, passthrough, ui
+from proxy.routes import (
+    audit,
+    chat,
+    health,
+    messages,
+    metrics,
+    models,
+    passthrough,
+    responses,
+    ui,
+)
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.tokens import TokenCounter
@@ -80,6 +90,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(audit.router)
     app.include_router(chat.router)
     app.include_router(messages.router)
+    app.include_router(responses.router)
     app.include_router(models.router)
     app.include_router(passthrough.router)
     app.include_router(ui.router)

@@ -202,7 +202,7 @@ def _arguments(text: Any) -> Any:
 # -- answers -------------------------------------------------------------------------------------
 
 
-def from_completion(data: dict[str, Any], model: str) -> dict[str, Any]:
+def from_completion(data: dict[str, Any], model: str, conversion: Any = None) -> dict[str, Any]:
     """A chat completion as a Messages answer."""
     choice = (data.get("choices") or [{}])[0]
     msg = choice.get("message") or {}

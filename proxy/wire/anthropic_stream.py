@@ -17,7 +17,9 @@ def error_event(exc: ProxyError) -> bytes:
     return event("error", anthropic.proxy_error_body(exc))
 
 
-async def translate(chat: AsyncIterator[bytes], model: str, estimate: int) -> AsyncIterator[bytes]:
+async def translate(
+    chat: AsyncIterator[bytes], model: str, estimate: int, conversion: Any = None
+) -> AsyncIterator[bytes]:
     """Messages events for the chat stream `chat` (as Turn.relay yields it, recorded there)."""
     out = _Translation(model, estimate)
     reader = Reader()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.wire import anthropic, anthropic_stream
+from proxy.wire import anthropic, anthropic_stream, previous, responses, responses_stream
 from proxy.wire.forward import Codec
 
 
@@ -24,4 +24,24 @@ MESSAGES = Codec(
     usage_to_openai=anthropic.usage_to_openai,
     upstream_error=anthropic.upstream_error_body,
     error_event=anthropic_stream.error_event,
+)
+
+
+def _is_response(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("object") == "response"
+
+
+RESPONSES = Codec(
+    api=responses.API,
+    path="/responses",
+    from_view=responses.from_view,
+    from_completion=responses.from_completion,
+    translate=responses_stream.translate,
+    assembler=responses_stream.Assembled,
+    is_answer=_is_response,
+    neutral_answer=responses.neutral_answer,
+    usage_to_openai=responses.usage_to_openai,
+    upstream_error=responses.upstream_error_body,
+    error_event=responses_stream.error_event,
+    answer_id=previous.response_id,
 )

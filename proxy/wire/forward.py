@@ -21,6 +21,7 @@ from proxy.wire.events import Assembler, relay_native
 from proxy.wire.groups import Conversion
 
 API_KEY = "ctxproxy_api"  # in the stored request: which API the exchange came in on
+PRIVATE = "ctxproxy_"  # keys of the stored request that are never forwarded
 PASSED_HEADERS = ("anthropic-version", "anthropic-beta")
 
 
@@ -31,14 +32,15 @@ class Codec:
     api: str
     path: str  # the native path under the upstream's base URL
     from_view: Callable[[list[dict[str, Any]], Conversion], dict[str, Any]]
-    from_completion: Callable[[dict[str, Any], str], dict[str, Any]]
-    translate: Callable[[AsyncIterator[bytes], str, int], AsyncIterator[bytes]]
+    from_completion: Callable[[dict[str, Any], str, Conversion], dict[str, Any]]
+    translate: Callable[[AsyncIterator[bytes], str, int, Conversion], AsyncIterator[bytes]]
     assembler: Callable[[], Assembler]
     is_answer: Callable[[Any], bool]
     neutral_answer: Callable[[dict[str, Any]], dict[str, Any]]
     usage_to_openai: Callable[[Any], dict[str, Any] | None]
     upstream_error: Callable[[int, bytes], dict[str, Any]]
     error_event: Callable[[ProxyError], bytes]
+    answer_id: Callable[[Any], str] | None = None  # the id of an answer, from its record
 
 
 class Wire:
@@ -81,7 +83,7 @@ class Wire:
             await r.aclose()  # not served there after all: translate from now on
             self.fallbacks.add((upstream.name, self.codec.api))
             self.native = False
-        chat = {k: v for k, v in body.items() if k != API_KEY}
+        chat = {k: v for k, v in body.items() if not k.startswith(PRIVATE)}
         return await turn.forward(upstream, chat, compiled)
 
     async def answer(
@@ -95,6 +97,8 @@ class Wire:
     ) -> Response:
         headers = {**up.response_headers(r), **headers}
         headers.pop("content-type", None)
+        if turn.ref is not None and self.codec.answer_id is not None:
+            self.conversion.answer_id = self.codec.answer_id(turn.ref)
         if stream and r.status_code < 400 and up.is_event_stream(r):
             return StreamingResponse(
                 self._stream(turn, r, upstream), r.status_code, headers, "text/event-stream"
@@ -106,8 +110,8 @@ class Wire:
             await turn.finish_from_json(r)
             if r.status_code >= 400:
                 return self._error(r, headers)
-            model = turn.model
-            return JSONResponse(self.codec.from_completion(r.json(), model), r.status_code, headers)
+            answer = self.codec.from_completion(r.json(), turn.model, self.conversion)
+            return JSONResponse(answer, r.status_code, headers)
         await exchange._unless_gone(request, turn, self._read_native(r, turn, upstream))
         if r.status_code >= 400:
             await turn.finish(status=r.status_code, error=self._error_of(r))
@@ -118,7 +122,8 @@ class Wire:
         if self.native:
             return relay_native(turn, r, upstream, self.codec.assembler(), self.codec.error_event)
         estimate = turn.sent.tokens_compiled if turn.sent else 0
-        return self.codec.translate(turn.relay(r, upstream), turn.model, estimate)
+        chat = turn.relay(r, upstream)
+        return self.codec.translate(chat, turn.model, estimate, self.conversion)
 
     async def _read_native(self, r: httpx.Response, turn: Any, upstream: Any) -> None:
         try:

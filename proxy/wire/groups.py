@@ -26,6 +26,7 @@ class Conversion:
     raw: dict[str, Any]  # the client's request as it came
     groups: list[Group]
     head: dict[str, Any] | None = None  # the neutral system message made of system/instructions
+    answer_id: str = ""  # the id the answer gets, when the API's ids are ctxproxy's own
 
 
 def restore(

@@ -84,3 +84,37 @@ def test_messages_overflow_is_prompt_too_long(via_proxy: ServerThread) -> None:
     with pytest.raises(anthropic.BadRequestError) as exc:
         c.messages.create(model="smollm2", max_tokens=8, system="word " * 6000, messages=ASK)
     assert exc.value.body["error"]["message"].startswith("prompt is too long")
+
+
+def test_responses_create_and_stream_native(llama: LlamaServer, via_proxy: ServerThread) -> None:
+    kw = dict(model="smollm2", input=ASK, max_output_tokens=24, temperature=0)
+    want = openai.OpenAI(base_url=llama.base_url + "/v1", api_key="x").responses.create(**kw)
+    c = openai.OpenAI(base_url=via_proxy.url + "/v1", api_key="x", max_retries=0)
+    got = c.responses.with_raw_response.create(**kw)
+    assert got.parse().output_text == want.output_text
+    sid = got.headers["x-ctxproxy-session"]
+    detail = httpx.get(f"{via_proxy.url}/sessions/{sid}/exchanges/1").json()
+    assert detail["request"]["ctxproxy_api"] == "responses"
+    assert detail["response"]["content"] == want.output_text
+    events = list(c.responses.create(**kw, stream=True))
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert len(deltas) > 3 and "".join(deltas) == want.output_text
+    assert events[-1].type == "response.completed"
+    detail = httpx.get(f"{via_proxy.url}/sessions/{sid}/exchanges/2").json()
+    assert detail["response"]["content"] == want.output_text
+    assert detail["usage"]["prompt_tokens"] > 0
+
+
+def test_responses_function_call_history_native(via_proxy: ServerThread) -> None:
+    items: list = [{"role": "user", "content": "List the files."}]
+    items += [
+        {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"cmd":"ls"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "README.md\nsetup.py"},
+        {"role": "user", "content": "Which one is the readme?"},
+    ]
+    c = openai.OpenAI(base_url=via_proxy.url + "/v1", api_key="x", max_retries=0)
+    tool = {"type": "function", "name": "shell", "parameters": {"type": "object"}}
+    answer = c.responses.create(
+        model="smollm2", input=items, tools=[tool], max_output_tokens=16, temperature=0
+    )
+    assert answer.status in ("completed", "incomplete") and answer.output
