@@ -10,7 +10,7 @@ from proxy import exchange
 from proxy.deps import ClientAuth, JsonBody, ServicesDep, client_key_id
 from proxy.wire import previous, responses
 from proxy.wire.codecs import RESPONSES
-from proxy.wire.forward import Wire
+from proxy.wire.forward import Wire, cap_reserve
 
 router = APIRouter(dependencies=[ClientAuth])
 
@@ -32,6 +32,7 @@ async def create_response(
         messages = head + [m for m in earlier if m.get("role") != "system" or not head]
         messages += neutral["messages"][len(head) :]
         conversion = dataclasses.replace(conversion, body={**neutral, "messages": messages})
+    await cap_reserve(services, conversion.body)
     wire = Wire(RESPONSES, conversion, request, services.wire_fallbacks)
     body = wire.body()
     if conversion.raw.get("store") is False:
