@@ -6,6 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -119,6 +120,12 @@ def _install_error_handlers(app: FastAPI) -> None:
             return JSONResponse(body, status_code=exc.status, headers=exc.headers)
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
+    def reply(request: Request, body: dict, status: int, headers: Any = None) -> JSONResponse:
+        """An error in the envelope of the API the request came in on."""
+        if anthropic.is_messages_path(request.url.path):
+            body = anthropic.error_body(status, body["error"]["message"])
+        return JSONResponse(body, status_code=status, headers=headers)
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
@@ -126,16 +133,13 @@ def _install_error_handlers(app: FastAPI) -> None:
         body = error_body(
             f"Invalid request: {where}: {err['msg']}", "invalid_request_error", where or None
         )
-        return JSONResponse(body, status_code=400)
+        return reply(request, body, 400)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return JSONResponse(
-            error_body(str(exc.detail), kind),
-            status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
-        )
+        body = error_body(str(exc.detail), kind)
+        return reply(request, body, exc.status_code, getattr(exc, "headers", None))
 
     @app.exception_handler(OperationalError)
     async def storage(request: Request, exc: OperationalError) -> JSONResponse:
@@ -146,9 +150,9 @@ def _install_error_handlers(app: FastAPI) -> None:
             "ctxproxy cannot write to its database (disk full or database unavailable); "
             "nothing of this request was stored. Retry later."
         )
-        return JSONResponse(err.body(), status_code=err.status, headers={"retry-after": "10"})
+        return reply(request, err.body(), err.status, {"retry-after": "10"})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(error_body("Internal proxy error", "server_error"), status_code=500)
+        return reply(request, error_body("Internal proxy error", "server_error"), 500)
