@@ -247,7 +247,7 @@ def run(mode: str, window: int, system_tokens: int, session: list[dict], turns: 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--turns", type=int, default=100)
-    ap.add_argument("--runs", default="15000:16384,4000:16384,15000:32768",
+    ap.add_argument("--runs", default="15000:16384,4000:16384,15000:32768,15000:65536",
                     help="system-prompt tokens:window pairs")  # fmt: skip
     ap.add_argument("--modes", nargs="+", default=["translated", "native"])
     ap.add_argument("--quick", action="store_true", help="20 turns, one 16k run per mode")

@@ -160,12 +160,14 @@ def _json(content: bytes) -> Any:
 
 async def cap_reserve(services: Any, body: dict[str, Any]) -> None:
     """Claude Code and Codex ask for 32,000 output tokens or more of any model; reserving that in
-    a 16k window would leave the prompt no room, so at most a quarter of the window is
-    reserved (and asked for when translated; a native request keeps the client's own figure)."""
+    a 16k window would leave the prompt no room, so at most an eighth of the window (or
+    compaction.reserve_tokens, if more) is reserved, and asked for when translated; a native
+    request keeps the client's own figure, which llama.cpp bounds by its window anyway."""
     asked = body.get("max_tokens")
     upstream = services.settings.upstream_for(str(body.get("model", "")))
     if not isinstance(asked, int) or upstream is None:
         return
     window = await services.windows.window(upstream, body["model"])
-    if window is not None and asked > window // 4:
-        body["max_tokens"] = max(window // 4, 1)
+    if window is not None:
+        cap = max(window // 8, services.settings.compaction.reserve_tokens)
+        body["max_tokens"] = min(asked, cap)

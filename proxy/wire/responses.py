@@ -42,6 +42,8 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
             body["tool_choice"] = choice
     if raw.get("stream"):
         body["stream_options"] = {"include_usage": True}
+    if isinstance(raw.get("prompt_cache_key"), str) and "user" not in body:
+        body["user"] = raw["prompt_cache_key"]  # Codex's is its conversation id: the session
     return Conversion(body, raw, groups, head)
 
 
