@@ -94,7 +94,7 @@ class Upstream:
 
     session: list[dict]
     window: int
-    answers: dict[str, int]  # the key of a request's last message -> the answer's index
+    answers: dict[tuple[str | None, str], int]  # a request's _key -> its answer's index
     prompts: list[tuple[str, bool]] = field(default_factory=list)
     tokens: int = 0  # the last prompt's count
 
@@ -129,7 +129,7 @@ class Upstream:
             text = json.dumps(body.get("tools")) + s.render(body["messages"])
             if (no := refused(text)) is not None:
                 return no
-            answer = self.session[self.answers[_key(body["messages"][-1])]]
+            answer = self.session[self.answers[_key(body["messages"])]]
             choice = {"index": 0, "message": answer, "finish_reason": "tool_calls"}
             usage = {"prompt_tokens": self.tokens, "completion_tokens": 1}
             return JSONResponse({"object": "chat.completion", "choices": [choice], "usage": usage})
@@ -139,8 +139,8 @@ class Upstream:
             text = json.dumps(body.get("tools")) + _render_anthropic(body)
             if (no := refused(text)) is not None:
                 return no
-            last = anthropic.message_to_neutral(body["messages"][-1])
-            answer = self.session[self.answers[_key(_last_of(last))]]
+            neutral = [n for m in body["messages"] for n in anthropic.message_to_neutral(m)]
+            answer = self.session[self.answers[_key(neutral)]]
             usage = {"input_tokens": self.tokens, "output_tokens": 1}
             blocks = anthropic.answer_blocks(answer)
             return JSONResponse({"type": "message", "role": "assistant", "content": blocks,
@@ -154,16 +154,11 @@ class Upstream:
         )
 
 
-def _last_of(neutral: list[dict]) -> dict:
-    """The message that names the turn: the last tool result, else the user text."""
-    tools = [m for m in neutral if m["role"] == "tool"]
-    return tools[-1] if tools else neutral[-1]
-
-
-def _key(msg: dict) -> str:
-    if msg.get("role") == "tool":
-        return "tool:" + msg["tool_call_id"]
-    return "text:" + str(msg.get("content"))[:60]
+def _key(messages: list[dict]) -> tuple[str | None, str]:
+    """What names a turn whatever compaction did: the newest tool result's id and the last
+    message's role (a turn ends in tool results or in a user message)."""
+    ids = [m["tool_call_id"] for m in messages if m.get("role") == "tool"]
+    return (ids[-1] if ids else None, messages[-1]["role"])
 
 
 def _render_anthropic(body: dict) -> str:
@@ -207,7 +202,7 @@ def run(mode: str, window: int, system_tokens: int, session: list[dict], turns: 
     from tests.servers import ServerThread
 
     ends = s.request_turns(session, turns)
-    answers = {_key(session[end - 1]): end for end in ends}
+    answers = {_key(session[:end]): end for end in ends}
     upstream = Upstream(session, window, answers)
     out = Result(mode, window, system_tokens)
     request = {

@@ -261,3 +261,20 @@ def test_native_forwarding_keeps_untouched_messages_byte_exact(
     # The raw request bytes hold each untouched message as the client wrote it.
     raw = script.raw[-1].decode()
     assert '"signature": "sig39"' in raw or '"signature":"sig39"' in raw
+
+
+def test_huge_max_tokens_reserves_a_share_of_the_window(
+    start_proxy, settings_for, upstream_url, script: Script
+) -> None:
+    """Claude Code asks 32,000 output tokens of any model: the answer's reserve is capped, or
+    no prompt would fit a small window."""
+    proxy = start_proxy(
+        settings_for(
+            upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 16384}]
+        )
+    )
+    body = {"model": "echo", "max_tokens": 32000, "messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(proxy.url + "/v1/messages", json=body)
+    assert r.json()["content"][0]["text"] == "echo: hi"
+    assert script.received[-1]["max_tokens"] == 2048  # an eighth of the window
+    assert int(r.headers["x-ctxproxy-budget"]) == 16384 - 2048 - 820
