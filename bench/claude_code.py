@@ -194,6 +194,7 @@ class Result:
     fired: int = 0
     reuse: float = 0.0
     kept: dict[str, bool] = field(default_factory=dict)
+    error_samples: list[str] = field(default_factory=list)
 
 
 def run(mode: str, window: int, system_tokens: int, session: list[dict], turns: int) -> Result:
@@ -230,6 +231,7 @@ def run(mode: str, window: int, system_tokens: int, session: list[dict], turns: 
                     out.refused += 1
                 elif r.status_code != 200:
                     out.errors += 1
+                    out.error_samples.append(f"{r.status_code} {r.text[:300]}")
                 out.fired += r.headers.get("x-ctxproxy-compaction", "none") != "none"
     sent = [text for text, over in upstream.prompts if not over]
     out.over = sum(over for _, over in upstream.prompts)  # each one refitted and resent

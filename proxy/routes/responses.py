@@ -31,7 +31,11 @@ async def create_response(
         head = [neutral["messages"][0]] if conversion.head else []
         messages = head + [m for m in earlier if m.get("role") != "system" or not head]
         messages += neutral["messages"][len(head) :]
-        conversion = dataclasses.replace(conversion, body={**neutral, "messages": messages})
+        # Sent natively, the whole history goes: the upstream must not add its own to it.
+        raw = {k: v for k, v in body.items() if k != "previous_response_id"}
+        conversion = dataclasses.replace(
+            conversion, body={**neutral, "messages": messages}, raw=raw
+        )
     await cap_reserve(services, conversion.body)
     wire = Wire(RESPONSES, conversion, request, services.wire_fallbacks)
     body = wire.body()

@@ -156,10 +156,14 @@ class Assembled:
         self.done = False
         self.error: dict[str, Any] | None = None
         self.raw_usage: dict[str, Any] = {}
+        self.our_id = ""  # unused: Messages ids are the upstream's
 
     @property
     def usage(self) -> dict[str, Any] | None:
         return anthropic.usage_to_openai(self.raw_usage) if self.raw_usage else None
+
+    def renamed(self, chunk: bytes) -> bytes:
+        return chunk
 
     def feed(self, chunk: bytes) -> None:
         for _, data in self.reader.feed(chunk):

@@ -64,6 +64,7 @@ class Assembler(Protocol):
 
     def feed(self, chunk: bytes) -> None: ...
     def message(self) -> dict[str, Any]: ...
+    def renamed(self, chunk: bytes) -> bytes: ...
 
 
 async def relay_native(
@@ -90,10 +91,10 @@ async def relay_native(
                 ready, held = held[:cut], held[cut:]
                 if ready:
                     answer.feed(ready)
-                    yield ready
+                    yield answer.renamed(ready)
         if held and answer.error is None:
             answer.feed(held + b"\n\n")
-            yield held + b"\n\n"
+            yield answer.renamed(held + b"\n\n")
         if not answer.done and answer.error is None:
             exc = UpstreamInvalid(f"Upstream '{upstream.name}' ended its stream unfinished")
             answer.error = exc.body()["error"]

@@ -116,11 +116,23 @@ class Wire:
         if r.status_code >= 400:
             await turn.finish(status=r.status_code, error=self._error_of(r))
             return self._error(r, headers)
-        return Response(r.content, r.status_code, headers, media_type="application/json")
+        return Response(
+            self._named(r.content), r.status_code, headers, media_type="application/json"
+        )
+
+    def _named(self, content: bytes) -> bytes:
+        """A native answer under ctxproxy's id where the API's ids are ours (Responses': so
+        that previous_response_id finds it in the store)."""
+        data = _json(content)
+        if not self.conversion.answer_id or not isinstance(data, dict):
+            return content
+        return json.dumps({**data, "id": self.conversion.answer_id}).encode()
 
     def _stream(self, turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
         if self.native:
-            return relay_native(turn, r, upstream, self.codec.assembler(), self.codec.error_event)
+            answer = self.codec.assembler()
+            answer.our_id = self.conversion.answer_id
+            return relay_native(turn, r, upstream, answer, self.codec.error_event)
         estimate = turn.sent.tokens_compiled if turn.sent else 0
         chat = turn.relay(r, upstream)
         return self.codec.translate(chat, turn.model, estimate, self.conversion)

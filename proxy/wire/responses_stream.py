@@ -3,6 +3,7 @@ native Responses stream read as it passes so the answer can be recorded."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -168,15 +169,24 @@ class Assembled:
         self.final: dict[str, Any] = {}
         self.done = False
         self.error: dict[str, Any] | None = None
+        self.our_id = ""  # the id the answer gets instead of the upstream's, when set
+        self.theirs = ""
 
     @property
     def usage(self) -> dict[str, Any] | None:
         return responses.usage_to_openai(self.final.get("usage"))
 
+    def renamed(self, chunk: bytes) -> bytes:
+        if not (self.our_id and self.theirs):
+            return chunk
+        return chunk.replace(json.dumps(self.theirs).encode(), json.dumps(self.our_id).encode())
+
     def feed(self, chunk: bytes) -> None:
         for _, data in self.reader.feed(chunk):
             ev = loads(data) or {}
             kind = ev.get("type")
+            if kind == "response.created" and isinstance(ev.get("response"), dict):
+                self.theirs = str(ev["response"].get("id") or "")
             if kind in ("response.completed", "response.incomplete", "response.failed"):
                 self.final = ev.get("response") or {}
                 self.done = True

@@ -157,3 +157,22 @@ def test_upstream_error_in_openai_envelope(proxy: ServerThread) -> None:
     with pytest.raises(openai.RateLimitError) as exc:
         client(proxy).responses.create(model="fail-429", input="x")
     assert exc.value.body["message"] == "scripted failure 429"
+
+
+def test_previous_response_id_of_a_native_answer(
+    start_proxy, settings_for, upstream_url, script: Script
+) -> None:
+    proxy = start_proxy(
+        settings_for(upstreams=[{"name": "n", "base_url": upstream_url, "apis": ["responses"]}])
+    )
+    c = client(proxy)
+    first = c.responses.create(model="any", input="first question")
+    assert first.output_text == "native: first question"
+    assert first.id != "resp_native"  # ctxproxy's id: it names the stored exchange
+    second = c.responses.create(model="any", previous_response_id=first.id, input="again")
+    assert second.output_text == "native: again"
+    sent = script.received[-1]["input"]
+    assert sent[0] == {"type": "message", "role": "user", "content": "first question"}
+    assert sent[1]["content"][0]["text"] == "native: first question"
+    assert sent[2] == {"role": "user", "content": "again"}
+    assert "previous_response_id" not in script.received[-1]  # the history is all there
