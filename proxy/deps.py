@@ -69,7 +69,9 @@ def client_key_id(request: Request, services: ServicesDep) -> str | None:
 def require_client_key(request: Request, services: ServicesDep) -> None:
     keys = services.settings.api_keys
     if keys and not key_matches(client_token(request), keys):
-        raise Unauthorized("Missing or invalid API key in the Authorization header")
+        raise Unauthorized(
+            "Missing or invalid API key (Authorization: Bearer, or the x-api-key header)"
+        )
 
 
 ClientAuth = Depends(require_client_key)
