@@ -58,6 +58,7 @@ def loads(data: str) -> dict[str, Any] | None:
 
 
 class Assembler(Protocol):
+    our_id: str  # the answer's id in ctxproxy's scheme, where the API's ids are ours
     done: bool
     error: dict[str, Any] | None
     usage: dict[str, Any] | None
