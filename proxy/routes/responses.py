@@ -21,6 +21,8 @@ async def create_response(
     request: Request, body: JsonBody, services: ServicesDep, session: str | None = None
 ) -> Response:
     conversion = responses.to_neutral(body)
+    # Codex names its conversation in a session_id header.
+    session = session or request.headers.get("session_id")
     if isinstance(body.get("previous_response_id"), str):
         owner = client_key_id(request, services)
         session_id, earlier = await previous.history(

@@ -42,9 +42,22 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
             body["tool_choice"] = choice
     if raw.get("stream"):
         body["stream_options"] = {"include_usage": True}
+    if (response_format := _format(raw.get("text"))) is not None:
+        body["response_format"] = response_format
     if isinstance(raw.get("prompt_cache_key"), str) and "user" not in body:
         body["user"] = raw["prompt_cache_key"]  # Codex's is its conversation id: the session
     return Conversion(body, raw, groups, head)
+
+
+def _format(text: Any) -> dict[str, Any] | None:
+    """Responses' text.format as chat's response_format (structured output)."""
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_schema", "json_object"):
+        return None
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+    return {"type": "json_schema", "json_schema": schema}
 
 
 def _groups(items: list[Any]) -> list[Group]:

@@ -176,3 +176,9 @@ def test_previous_response_id_of_a_native_answer(
     assert sent[1]["content"][0]["text"] == "native: first question"
     assert sent[2] == {"role": "user", "content": "again"}
     assert "previous_response_id" not in script.received[-1]  # the history is all there
+
+
+def test_codex_session_header_names_the_session(proxy: ServerThread) -> None:
+    c = client(proxy, default_headers={"session_id": "0199-codex-conv"})
+    r = c.responses.with_raw_response.create(model="echo", input="hi")
+    assert r.headers["x-ctxproxy-session"] == "0199-codex-conv"

@@ -215,3 +215,14 @@ def test_stream_error_becomes_an_error_event() -> None:
     parts = [sse({"error": {"message": "boom", "type": "upstream_error", "code": 502}})]
     events = asyncio.run(collect(anthropic_stream.translate(chunks(parts), "m", 1)))
     assert events[-1] == {"type": "error", "error": {"type": "api_error", "message": "boom"}}
+
+
+def test_responses_text_format_is_response_format() -> None:
+    fmt = {"type": "json_schema", "name": "n", "schema": {"type": "object"}, "strict": True}
+    conv = responses.to_neutral({"model": "m", "input": "x", "text": {"format": fmt}})
+    assert conv.body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "n", "schema": {"type": "object"}, "strict": True},
+    }
+    conv = responses.to_neutral({"model": "m", "input": "x", "prompt_cache_key": "conv-1"})
+    assert conv.body["user"] == "conv-1" and "response_format" not in conv.body
