@@ -278,3 +278,25 @@ def test_huge_max_tokens_reserves_a_share_of_the_window(
     assert r.json()["content"][0]["text"] == "echo: hi"
     assert script.received[-1]["max_tokens"] == 2048  # an eighth of the window
     assert int(r.headers["x-ctxproxy-budget"]) == 16384 - 2048 - 820
+
+
+@pytest.mark.parametrize("model", ["reset", "garbled"])
+def test_stream_cut_short_ends_in_an_error_event(proxy: ServerThread, model: str) -> None:
+    body = {
+        "model": model,
+        "max_tokens": 16,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    headers = {"x-session-id": f"cut-{model}"}
+    with httpx.stream(
+        "POST", proxy.url + "/v1/messages", json=body, headers=headers, timeout=30
+    ) as r:
+        text = r.read().decode()
+    events = [line[7:] for line in text.split("\n") if line.startswith("event: ")]
+    assert events[0] == "message_start" and events[-1] == "error"
+    assert "message_stop" not in events
+    last = json.loads(text.strip().split("\n")[-1][6:])
+    assert last["type"] == "error" and last["error"]["type"] == "api_error"
+    detail = httpx.get(f"{proxy.url}/sessions/cut-{model}/exchanges/1").json()
+    assert detail["exchange"]["partial"] or detail["error"]
