@@ -300,3 +300,15 @@ def test_stream_cut_short_ends_in_an_error_event(proxy: ServerThread, model: str
     assert last["type"] == "error" and last["error"]["type"] == "api_error"
     detail = httpx.get(f"{proxy.url}/sessions/cut-{model}/exchanges/1").json()
     assert detail["exchange"]["partial"] or detail["error"]
+
+
+def test_beta_messages_as_claude_code_sends_them(proxy: ServerThread, script: Script) -> None:
+    """Claude Code posts to /v1/messages?beta=true with anthropic-beta flags."""
+    c = client(proxy)
+    answer = c.beta.messages.create(
+        model="echo",
+        max_tokens=16,
+        betas=["interleaved-thinking-2025-05-14"],
+        messages=[{"role": "user", "content": "quota"}],
+    )
+    assert answer.content[0].text == "echo: quota"
