@@ -277,6 +277,9 @@ def report(results: list[Result]) -> None:
         for r in results
     ]  # fmt: skip
     print(c.table(header, rows))
+    for r in results:
+        for sample in r.error_samples:
+            print(f"  {r.system_tokens:,}/{r.window:,} {r.mode}: {sample}")
 
 
 if __name__ == "__main__":
