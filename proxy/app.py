@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -22,11 +23,22 @@ from proxy.guard import HostGuard
 from proxy.liveness import Liveness
 from proxy.observe import Metrics, RequestMetrics
 from proxy.pools import UpstreamPools
-from proxy.routes import audit, chat, health, metrics, models, passthrough, ui
+from proxy.routes import (
+    audit,
+    chat,
+    health,
+    messages,
+    metrics,
+    models,
+    passthrough,
+    responses,
+    ui,
+)
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.tokens import TokenCounter
 from proxy.windows import Windows
+from proxy.wire import anthropic
 
 log = logging.getLogger("ctxproxy")
 
@@ -42,6 +54,8 @@ class Services:
     windows: Windows
     calibration: Calibration
     metrics: Metrics
+    # (upstream, api) pairs that answered 404 natively: translated from then on
+    wire_fallbacks: set[tuple[str, str]] = field(default_factory=set)
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
@@ -76,6 +90,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(health.router)
     app.include_router(audit.router)
     app.include_router(chat.router)
+    app.include_router(messages.router)
+    app.include_router(responses.router)
     app.include_router(models.router)
     app.include_router(passthrough.router)
     app.include_router(ui.router)
@@ -99,7 +115,16 @@ def app_from_env() -> FastAPI:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JSONResponse:
+        if anthropic.is_messages_path(request.url.path):
+            body = anthropic.proxy_error_body(exc)
+            return JSONResponse(body, status_code=exc.status, headers=exc.headers)
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    def reply(request: Request, body: dict, status: int, headers: Any = None) -> JSONResponse:
+        """An error in the envelope of the API the request came in on."""
+        if anthropic.is_messages_path(request.url.path):
+            body = anthropic.error_body(status, body["error"]["message"])
+        return JSONResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -108,16 +133,13 @@ def _install_error_handlers(app: FastAPI) -> None:
         body = error_body(
             f"Invalid request: {where}: {err['msg']}", "invalid_request_error", where or None
         )
-        return JSONResponse(body, status_code=400)
+        return reply(request, body, 400)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return JSONResponse(
-            error_body(str(exc.detail), kind),
-            status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
-        )
+        body = error_body(str(exc.detail), kind)
+        return reply(request, body, exc.status_code, getattr(exc, "headers", None))
 
     @app.exception_handler(OperationalError)
     async def storage(request: Request, exc: OperationalError) -> JSONResponse:
@@ -128,9 +150,9 @@ def _install_error_handlers(app: FastAPI) -> None:
             "ctxproxy cannot write to its database (disk full or database unavailable); "
             "nothing of this request was stored. Retry later."
         )
-        return JSONResponse(err.body(), status_code=err.status, headers={"retry-after": "10"})
+        return reply(request, err.body(), err.status, {"retry-after": "10"})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(error_body("Internal proxy error", "server_error"), status_code=500)
+        return reply(request, error_body("Internal proxy error", "server_error"), 500)

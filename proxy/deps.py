@@ -28,6 +28,11 @@ def bearer_token(request: Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
+def client_token(request: Request) -> str | None:
+    """The client key: a Bearer token, or Anthropic's x-api-key header."""
+    return bearer_token(request) or request.headers.get("x-api-key") or None
+
+
 def basic_password(request: Request) -> str | None:
     """The password of HTTP Basic auth: how a browser following a plain link sends a key."""
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
@@ -57,14 +62,16 @@ def key_id(key: str) -> str:
 
 def client_key_id(request: Request, services: ServicesDep) -> str | None:
     """The id of the (already checked) client key, or None when api_keys is unset."""
-    token = bearer_token(request)
+    token = client_token(request)
     return key_id(token) if services.settings.api_keys and token else None
 
 
 def require_client_key(request: Request, services: ServicesDep) -> None:
     keys = services.settings.api_keys
-    if keys and not key_matches(bearer_token(request), keys):
-        raise Unauthorized("Missing or invalid API key in the Authorization header")
+    if keys and not key_matches(client_token(request), keys):
+        raise Unauthorized(
+            "Missing or invalid API key (Authorization: Bearer, or the x-api-key header)"
+        )
 
 
 ClientAuth = Depends(require_client_key)

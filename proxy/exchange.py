@@ -44,9 +44,16 @@ T = TypeVar("T")
 
 
 async def run(
-    request: Request, body: dict[str, Any], services: Any, session: str | None
+    request: Request,
+    body: dict[str, Any],
+    services: Any,
+    session: str | None,
+    wire: Any = None,
 ) -> Response:
-    """One chat exchange: identify, store, compile the view, forward, relay, record."""
+    """One chat exchange: identify, store, compile the view, forward, relay, record.
+
+    `wire` (proxy/wire/forward.py) is how an exchange that came in on another API than chat
+    completions is forwarded and answered; `body` is then its neutral form."""
     started = time.monotonic()
     chat = parse_chat(body)
     # What is compiled and sent; `body` stays the raw request, stored as the client sent it.
@@ -71,14 +78,15 @@ async def run(
         await turn.finish(status=exc.status, error=exc.body()["error"])
         raise
     await turn.record(key, body, upstream.name, compiled)
+    send = turn.forward if wire is None else partial(wire.forward, turn)
     outgoing = turn.outgoing(upstream, sendable, counted, compiled)
-    r = await _unless_gone(request, turn, turn.forward(upstream, outgoing, compiled))
+    r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
     overflow = await _overflow_of(r, turn, upstream)
     if overflow and compiled.budget is not None:
         # The upstream counted more than we estimated: learn from its figures, refit, retry once.
         compiled = await turn.refit(counted, compiled, overflow)
         outgoing = turn.outgoing(upstream, sendable, counted, compiled)
-        r = await _unless_gone(request, turn, turn.forward(upstream, outgoing, compiled))
+        r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
         if again := await _overflow_of(r, turn, upstream):
             exc = ContextLengthExceeded(
                 again.prompt_tokens or compiled.tokens_compiled,
@@ -88,6 +96,8 @@ async def run(
             await turn.finish(status=exc.status, error=exc.body()["error"])
             raise exc
     headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
+    if wire is not None:
+        return await wire.answer(request, turn, r, upstream, headers, bool(chat.stream))
     if chat.stream and r.status_code < 400 and up.is_event_stream(r):
         return StreamingResponse(
             relay(turn, r, upstream),

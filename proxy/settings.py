@@ -39,6 +39,10 @@ class Upstream(_Strict):
     max_response_bytes: int = Field(64 * 1024 * 1024, gt=0)  # a bigger answer is a 502
     discovery_ttl: float = Field(300.0, ge=0)
     tools: bool = True  # false: this server takes no tools, so ctxproxy_recall is not offered
+    # The APIs the server answers itself, so requests in them are forwarded natively; others
+    # are translated to chat completions. Unset: all three for llama.cpp, vLLM and Ollama
+    # (a 404 makes ctxproxy translate from then on), chat only for `openai`.
+    apis: list[Literal["chat", "messages", "responses"]] | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -49,6 +53,9 @@ class Upstream(_Strict):
 
     def serves(self, model: str) -> bool:
         return model in self.models
+
+    def native(self, api: str) -> bool:
+        return api in self.apis if self.apis is not None else self.kind != "openai"
 
 
 class TracebackSettings(_Strict):

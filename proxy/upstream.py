@@ -87,9 +87,11 @@ async def send(
     content: bytes | None = None,
     params: Mapping[str, str] | None = None,
     stream: bool = False,
+    headers: Mapping[str, str] | None = None,
 ) -> httpx.Response:
-    """Send one request; transport failures become 502/504 ProxyErrors."""
-    headers = request_headers(upstream)
+    """Send one request; transport failures become 502/504 ProxyErrors. `headers` are the
+    client's that the API needs passed along (anthropic-version, anthropic-beta)."""
+    headers = {**(headers or {}), **request_headers(upstream)}
     url = upstream.base_url + path
     if content is not None:
         headers["content-type"] = "application/json"

@@ -50,6 +50,8 @@ class Script:
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/v1/embeddings", self.embeddings, methods=["POST"]),
                 Route("/v1/models", self.models),
+                Route("/v1/messages", self.messages, methods=["POST"]),
+                Route("/v1/responses", self.responses, methods=["POST"]),
             ]
         )
 
@@ -80,6 +82,54 @@ class Script:
                 "object": "text_completion",
                 "model": body["model"],
                 "choices": [{"index": 0, "text": "done", "finish_reason": "stop"}],
+            }
+        )
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic Messages, natively: answers "native: <last user text>"."""
+        self.raw.append(await request.body())
+        body = json.loads(self.raw[-1])
+        self.received.append(body)
+        self.headers.append(dict(request.headers))
+        last = body["messages"][-1]["content"]
+        text = last if isinstance(last, str) else last[-1].get("text", "")
+        return JSONResponse(
+            {
+                "id": "msg_native",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": [{"type": "text", "text": "native: " + text}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": len(self.raw[-1]) // 4, "output_tokens": 3},
+            }
+        )
+
+    async def responses(self, request: Request) -> Response:
+        """OpenAI Responses, natively: answers "native: <last input text>"."""
+        self.raw.append(await request.body())
+        body = json.loads(self.raw[-1])
+        self.received.append(body)
+        last = body["input"] if isinstance(body["input"], str) else body["input"][-1]
+        text = last if isinstance(last, str) else str(last.get("content") or last.get("output"))
+        message = {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "native: " + text, "annotations": []}],
+        }
+        used = len(self.raw[-1]) // 4
+        return JSONResponse(
+            {
+                "id": "resp_native",
+                "object": "response",
+                "created_at": int(time.time()),
+                "status": "completed",
+                "model": body["model"],
+                "output": [message],
+                "usage": {"input_tokens": used, "output_tokens": 3, "total_tokens": used + 3},
             }
         )
 
