@@ -7,7 +7,9 @@ crashes, compiler errors, file reads, grep, git), each turn the whole history, m
 32,000. ctxproxy (in process, fresh SQLite) forwards to an upstream in this process that counts
 the prompt as a model server would (cl100k x 1.1, tools included), refuses prompts over its
 window as llama.cpp does, and answers with the session's next step; `translated` serves chat
-completions only, `native` serves /v1/messages too.
+completions only, `native` serves /v1/messages too and gets every view natively (recall off),
+`native+recall` (the default) natively until the view is folded, then translated with the
+recall tool.
 
 Per run it prints: turns refused by ctxproxy, prompts forwarded over the window, the share of
 turns that fired a compaction, token-weighted prefix reuse between consecutive forwarded
@@ -213,7 +215,11 @@ def run(mode: str, window: int, system_tokens: int, session: list[dict], turns: 
         "tools": tools(),
         "metadata": {"user_id": "user_bench_account__session_1"},
     }
-    apis = ["chat", "messages"] if mode == "native" else ["chat"]
+    # native: the upstream serves /v1/messages and the view always goes there (recall off
+    # there); native+recall, the default: native until the view is folded, then translated
+    # so that ctxproxy_recall can be offered.
+    apis = ["chat", "messages"] if mode.startswith("native") else ["chat"]
+    recall = {"translate": mode != "native"}
     with ServerThread(upstream.app()) as up, tempfile.TemporaryDirectory() as tmp:
         settings = Settings(
             database_url=f"sqlite:///{Path(tmp) / 'ctxproxy.db'}",
@@ -221,6 +227,7 @@ def run(mode: str, window: int, system_tokens: int, session: list[dict], turns: 
                 {"name": "up", "base_url": up.url + "/v1", "context_window": window, "apis": apis}
             ],  # fmt: skip
             log_level="warning",
+            recall=recall,
         )
         with ServerThread(create_app(settings)) as proxy, httpx.Client(timeout=120) as client:
             for end in ends:
@@ -246,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--turns", type=int, default=100)
     ap.add_argument("--runs", default="15000:16384,4000:16384,15000:32768,15000:65536",
                     help="system-prompt tokens:window pairs")  # fmt: skip
-    ap.add_argument("--modes", nargs="+", default=["translated", "native"])
+    ap.add_argument("--modes", nargs="+", default=["translated", "native", "native+recall"])
     ap.add_argument("--quick", action="store_true", help="20 turns, one 16k run per mode")
     ap.add_argument("--out", type=Path, default=c.RESULTS)
     args = ap.parse_args(argv)

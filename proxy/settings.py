@@ -115,6 +115,10 @@ class RecallSettings(_Strict):
     enabled: bool = True
     rounds: int = Field(3, ge=1, le=10)  # recall requests per client request, at most
     max_tokens: int = Field(2000, ge=64)  # a recall result's cap, within what the window allows
+    # Messages and Responses exchanges to an upstream that serves them natively go translated
+    # to chat completions once their view is folded, so that recall can be offered there;
+    # false keeps them native (untouched messages byte for byte) and without recall.
+    translate: bool = True
 
 
 class Settings(BaseSettings):

@@ -63,7 +63,10 @@ class Wire:
     async def forward(
         self, turn: Any, upstream: Any, body: dict[str, Any], compiled: Compiled
     ) -> httpx.Response:
-        self.native = self.serves_natively(upstream)
+        # A view with anything folded goes translated, where ctxproxy can offer and answer
+        # ctxproxy_recall (recall.translate); it stays folded, so a session switches once.
+        recalling = turn.rounds is not None and turn.services.settings.recall.translate
+        self.native = self.serves_natively(upstream) and not recalling
         if self.native:
             turn.rounds = None  # the recall tool goes only with translated exchanges
             outgoing = self.codec.from_view(compiled.messages, self.conversion)

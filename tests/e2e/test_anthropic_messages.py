@@ -227,7 +227,8 @@ def test_native_forwarding_keeps_untouched_messages_byte_exact(
                     "context_window": 4096,
                     "apis": ["chat", "messages"],
                 }
-            ]
+            ],
+            recall={"translate": False},  # native even once folded: no recall tool
         )
     )
     history = tool_history(40)
@@ -318,16 +319,16 @@ def test_beta_messages_as_claude_code_sends_them(proxy: ServerThread, script: Sc
 
 
 @pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("apis", [None, ["chat", "messages"]])
 def test_recall_works_through_a_translated_messages_exchange(
-    start_proxy, settings_for, upstream_url, script: Script, stream: bool
+    start_proxy, settings_for, upstream_url, script: Script, stream: bool, apis: list | None
 ) -> None:
     """Claude Code's history folded into 4k: the model's ctxproxy_recall call is answered by
-    ctxproxy, and the Anthropic client gets the answer with no tool_use it did not define."""
-    proxy = start_proxy(
-        settings_for(
-            upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 4096}]
-        )
-    )
+    ctxproxy, and the Anthropic client gets the answer with no tool_use it did not define.
+    An upstream that serves /v1/messages itself gets the folded view translated, with the
+    tool (recall.translate)."""
+    upstream = {"name": "scripted", "base_url": upstream_url, "context_window": 4096}
+    proxy = start_proxy(settings_for(upstreams=[upstream | {"apis": apis}]))
     messages = tool_history(30)
     first = messages[2]["content"][0]
     first["content"] = "SECRET_TOKEN=tok-7781\n" + first["content"]

@@ -118,7 +118,8 @@ def test_long_history_into_4k_window_native(
                     "context_window": 4096,
                     "apis": ["chat", "responses"],
                 }
-            ]
+            ],
+            recall={"translate": False},  # native even once folded: no recall tool
         )
     )
     items: list[dict] = [{"role": "user", "content": "Make the tests pass."}]
