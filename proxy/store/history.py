@@ -14,12 +14,13 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
-from proxy.store.engine import insert_ignore, insert_ignore_returning
+from proxy.store.engine import Executor, insert_ignore, insert_ignore_returning
 from proxy.store.models import EntryRow, MessageRow
-from strategies.base import message_hash
+from strategies.base import _orjson_exact, message_hash
 
 CHUNK = 500  # bound parameters per IN (…) query
 BULK = 64  # a new tail this long is inserted in one statement
@@ -29,11 +30,24 @@ def link(prefix_hash: str, msg_hash: str) -> str:
     return hashlib.sha256((prefix_hash + msg_hash).encode()).hexdigest()
 
 
+class Hashes(list[str]):
+    """A history's message hashes, keeping its prefix chain once it has been computed: a
+    request looks its history up and stores it, and both need the chain."""
+
+    chain: list[str] | None = None
+
+
 def prefix_chain(hashes: Sequence[str]) -> list[str]:
+    known = getattr(hashes, "chain", None)
+    if known is not None and len(known) == len(hashes):
+        return known
     chain, prefix = [], ""
+    sha256 = hashlib.sha256
     for h in hashes:
-        prefix = link(prefix, h)
+        prefix = sha256((prefix + h).encode()).hexdigest()
         chain.append(prefix)
+    if isinstance(hashes, Hashes):
+        hashes.chain = chain
     return chain
 
 
@@ -42,24 +56,36 @@ def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def message_row(msg: dict[str, Any], now: datetime, msg_hash: str | None = None) -> dict[str, Any]:
+def compact_json(msg: dict[str, Any]) -> tuple[str, int]:
+    """A message's stored body, compact JSON in its own key order, and its size in bytes."""
+    if _orjson_exact(msg):
+        try:
+            data = orjson.dumps(msg)
+            return data.decode(), len(data)
+        except orjson.JSONEncodeError:  # a lone surrogate
+            pass
     body = json.dumps(msg, ensure_ascii=False, separators=(",", ":"))
+    return body, len(body.encode("utf-8", "surrogatepass"))
+
+
+def message_row(msg: dict[str, Any], now: datetime, msg_hash: str | None = None) -> dict[str, Any]:
+    body, size = compact_json(msg)
     role = msg.get("role")
     return {
         "hash": msg_hash or message_hash(msg),
         "role": role[:32] if isinstance(role, str) else None,
         "body": body,
-        "size": len(body.encode()),
+        "size": size,
         "created_at": now,
     }
 
 
-def store_messages(s: Session, bodies: dict[str, dict[str, Any]], now: datetime) -> None:
+def store_messages(s: Executor, bodies: dict[str, dict[str, Any]], now: datetime) -> None:
     insert_ignore(s, MessageRow, [message_row(m, now, h) for h, m in bodies.items()])
 
 
 def longest_stored_prefix(
-    s: Session, session_id: str, chain: Sequence[str]
+    s: Executor, session_id: str, chain: Sequence[str]
 ) -> tuple[int, int | None]:
     """(position, entry id) of the longest stored prefix of `chain`, or (-1, None) if none.
 
@@ -81,7 +107,7 @@ def longest_stored_prefix(
 
 
 def extend(
-    s: Session,
+    s: Executor,
     session_id: str,
     messages: Sequence[dict[str, Any]],
     hashes: Sequence[str],
@@ -103,7 +129,7 @@ def extend(
 
 
 def _extend_in_bulk(
-    s: Session,
+    s: Executor,
     session_id: str,
     hashes: Sequence[str],
     chain: Sequence[str],
@@ -151,7 +177,7 @@ def _extend_in_bulk(
 
 
 def append(
-    s: Session,
+    s: Executor,
     session_id: str,
     parent_id: int | None,
     position: int,

@@ -7,12 +7,13 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from proxy.store import history
+from proxy.store.engine import Executor
 from proxy.store.models import EntryRow, ExchangeRow, ViewStateRow
 from strategies.base import CompactionEvent, Message
 from strategies.state import Form, Item, ViewState
@@ -82,11 +83,12 @@ def encode_items(items: Sequence[Item], hash_of: Callable[[Message], str]) -> li
     return out
 
 
-def load(s: Session, session_id: str, chain: Sequence[str]) -> Prior | None:
+def load(s: Executor, session_id: str, chain: Sequence[str]) -> Prior | None:
     """The state of the longest prefix of `chain` (prefix hashes) that has one, newest first."""
+    columns = ViewStateRow.__table__.c  # rows, not ORM objects: this runs on every request
     for end in range(len(chain), 0, -history.CHUNK):
         found = s.execute(
-            select(ViewStateRow, ExchangeRow.prompt_tokens)
+            select(*columns, ExchangeRow.prompt_tokens)
             .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
             .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
             .where(
@@ -97,7 +99,8 @@ def load(s: Session, session_id: str, chain: Sequence[str]) -> Prior | None:
             .limit(1)
         ).first()
         if found is not None:
-            stored, prompt_tokens = found
+            stored = SimpleNamespace(**found._mapping)
+            prompt_tokens = stored.prompt_tokens
             return Prior(
                 _decode(s, stored),
                 stored.factor,
@@ -108,7 +111,7 @@ def load(s: Session, session_id: str, chain: Sequence[str]) -> Prior | None:
     return None
 
 
-def _decode(s: Session, stored: ViewStateRow) -> ViewState:
+def _decode(s: Executor, stored: Any) -> ViewState:
     forms = [part for part in stored.items if isinstance(part, dict)]
     bodies = history.bodies(s, [f["h"] for f in forms])
     items: list[Item] = []
