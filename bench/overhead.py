@@ -578,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-peers", action="store_true", help="direct and ctxproxy only")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, few requests (smoke test)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 3)")
+    ap.add_argument("--sizes", nargs="+", choices=[*SIZES, *TINY], help="history sizes")
     ap.add_argument(
         "--only",
         nargs="+",
@@ -604,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
         plan.rounds = args.rounds
     parts = set(args.only or ["latency", "growth", "stall", "memory"])
     sizes = TINY if args.quick else SIZES
+    if args.sizes:
+        sizes = {k: v for k, v in (SIZES | TINY).items() if k in args.sizes}
     wd = c.workdir("ctxproxy-bench-overhead-")
     started = time.monotonic()
     servers: list[c.Server] = []

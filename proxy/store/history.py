@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 import orjson
@@ -94,16 +95,20 @@ def longest_stored_prefix(
     """
     for end in range(len(chain), 0, -CHUNK):
         start = max(0, end - CHUNK)
-        rows = s.execute(
-            select(EntryRow.prefix_hash, EntryRow.id).where(
-                EntryRow.session_id == session_id, EntryRow.prefix_hash.in_(chain[start:end])
-            )
-        ).all()
+        rows = s.execute(_stored_prefixes(), {"sid": session_id, "chain": chain[start:end]}).all()
         if rows:
             found = dict(rows)
             pos = max(i for i in range(start, end) if chain[i] in found)
             return pos, found[chain[pos]]
     return -1, None
+
+
+@cache
+def _stored_prefixes() -> Any:
+    return select(EntryRow.prefix_hash, EntryRow.id).where(
+        EntryRow.session_id == bindparam("sid"),
+        EntryRow.prefix_hash.in_(bindparam("chain", expanding=True)),
+    )
 
 
 def extend(

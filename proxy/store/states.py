@@ -7,10 +7,11 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from proxy.store import history
 from proxy.store.engine import Executor
@@ -85,19 +86,9 @@ def encode_items(items: Sequence[Item], hash_of: Callable[[Message], str]) -> li
 
 def load(s: Executor, session_id: str, chain: Sequence[str]) -> Prior | None:
     """The state of the longest prefix of `chain` (prefix hashes) that has one, newest first."""
-    columns = ViewStateRow.__table__.c  # rows, not ORM objects: this runs on every request
     for end in range(len(chain), 0, -history.CHUNK):
-        found = s.execute(
-            select(*columns, ExchangeRow.prompt_tokens)
-            .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
-            .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
-            .where(
-                EntryRow.session_id == session_id,
-                EntryRow.prefix_hash.in_(chain[max(0, end - history.CHUNK) : end]),
-            )
-            .order_by(EntryRow.position.desc(), ViewStateRow.exchange_id.desc())
-            .limit(1)
-        ).first()
+        window = chain[max(0, end - history.CHUNK) : end]
+        found = s.execute(_latest_state(), {"sid": session_id, "chain": window}).first()
         if found is not None:
             stored = SimpleNamespace(**found._mapping)
             prompt_tokens = stored.prompt_tokens
@@ -109,6 +100,22 @@ def load(s: Executor, session_id: str, chain: Sequence[str]) -> Prior | None:
                 stored.tokens_original,
             )
     return None
+
+
+@cache
+def _latest_state() -> Any:
+    """Built once (building costs more than running it): rows, not ORM objects."""
+    return (
+        select(*ViewStateRow.__table__.c, ExchangeRow.prompt_tokens)
+        .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
+        .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
+        .where(
+            EntryRow.session_id == bindparam("sid"),
+            EntryRow.prefix_hash.in_(bindparam("chain", expanding=True)),
+        )
+        .order_by(EntryRow.position.desc(), ViewStateRow.exchange_id.desc())
+        .limit(1)
+    )
 
 
 def _decode(s: Executor, stored: Any) -> ViewState:
