@@ -35,7 +35,7 @@ def canonical_bytes(msg: Any) -> bytes:
     """canonical_json(msg) as UTF-8, made by orjson when that gives the same bytes: strings,
     64-bit integers, booleans and nulls, which it writes as the standard encoder does (floats
     it may write in another form, so they take the standard encoder)."""
-    if _orjson_exact(msg):
+    if orjson_exact(msg):
         try:
             return orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:  # a lone surrogate
@@ -45,16 +45,19 @@ def canonical_bytes(msg: Any) -> bytes:
 
 
 _I64_MIN, _U64_MAX = -(2**63), 2**64 - 1
+_ORJSON_DEPTH = 200
 
 
-def _orjson_exact(value: Any) -> bool:
+def orjson_exact(value: Any, depth: int = 0) -> bool:
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return True
+    if depth > _ORJSON_DEPTH:  # orjson refuses deeper nesting; the standard encoder decides
+        return False
     if kind is dict:
-        return all(type(k) is str and _orjson_exact(v) for k, v in value.items())
+        return all(type(k) is str and orjson_exact(v, depth + 1) for k, v in value.items())
     if kind is list:
-        return all(_orjson_exact(v) for v in value)
+        return all(orjson_exact(v, depth + 1) for v in value)
     if kind is int:
         return _I64_MIN <= value <= _U64_MAX
     return False
@@ -68,7 +71,7 @@ def content_key(msg: Message) -> str:
     Values are tagged and length-prefixed, so two different messages collide only if sha256
     does; the two forms never meet (a "j" prefix on the first).
     """
-    if type(msg) is dict and _orjson_exact(msg):
+    if type(msg) is dict and orjson_exact(msg):
         try:
             return "j" + hashlib.sha256(orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)).hexdigest()
         except orjson.JSONEncodeError:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from proxy.store.engine import Executor, insert_ignore, insert_ignore_returning
 from proxy.store.models import EntryRow, MessageRow
-from strategies.base import _orjson_exact, message_hash
+from strategies.base import message_hash, orjson_exact
 
 CHUNK = 500  # bound parameters per IN (…) query
 BULK = 64  # a new tail this long is inserted in one statement
@@ -59,7 +59,7 @@ def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
 
 def compact_json(msg: dict[str, Any]) -> tuple[str, int]:
     """A message's stored body, compact JSON in its own key order, and its size in bytes."""
-    if _orjson_exact(msg):
+    if orjson_exact(msg):
         try:
             data = orjson.dumps(msg)
             return data.decode(), len(data)
