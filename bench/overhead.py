@@ -393,8 +393,9 @@ def huge_by_messages(n: int) -> dict[str, Any]:
 def huge_by_bytes(size: int) -> dict[str, Any]:
     """About `size` bytes of JSON: an agent history of 100 tool outputs of size/100 bytes."""
     steps = 50
-    line = 75  # bytes per tool-output line, about
-    msgs = c.agent_history(2 + 2 * steps, max(1, size // (steps * line)))
+    lines = max(1, size // (steps * 75))  # ~75 bytes a line, then corrected once
+    got = len(json.dumps(c.agent_history(2 + 2 * steps, lines)))
+    msgs = c.agent_history(2 + 2 * steps, max(1, round(lines * size / got)))
     msgs[1] = {"role": "user", "content": f"{c.TASK} (huge {next(_COUNTER)})"}
     return {"model": c.MODEL, "messages": msgs}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from proxy.tokens import TokenCounter
 from proxy.windows import Windows
 
 log = logging.getLogger("ctxproxy")
+SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -47,6 +49,10 @@ class Services:
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Work on the thread pool (compile, hashing, storing a long history) holds the GIL
+        # between its I/O; the event loop and other requests' threads get it back within
+        # this interval (Python's default, 5 ms, queues a request for tens of ms behind it).
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         store = Store(settings.database_url)
         if await run_in_threadpool(store.needs_upgrade):
             await run_in_threadpool(store.upgrade)

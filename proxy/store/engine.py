@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import threading
@@ -62,6 +63,37 @@ def _tune_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+class FairLock:
+    """A lock taken in the order it was asked for: a writer storing a long history in several
+    transactions cannot retake it ahead of a request that has been waiting."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._waiting: collections.deque[threading.Lock] = collections.deque()
+        self._held = False
+
+    def __enter__(self) -> None:
+        with self._guard:
+            if not self._held:
+                self._held = True
+                return
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiting.append(turn)
+        turn.acquire()  # released by the holder that hands the lock over
+
+    def contended(self) -> bool:
+        """Whether someone is waiting for the lock (read by its holder)."""
+        return bool(self._waiting)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._guard:
+            if self._waiting:
+                self._waiting.popleft().release()  # still held: now by the next in line
+            else:
+                self._held = False
+
+
 class Writer:
     """Runs write transactions: serialised in-process on SQLite, retried on races anywhere."""
 
@@ -69,8 +101,12 @@ class Writer:
         self.engine = engine.execution_options(ctxproxy_write=True)
         sqlite_db = engine.dialect.name == "sqlite"
         self._lock: contextlib.AbstractContextManager[Any] = (
-            threading.Lock() if sqlite_db else contextlib.nullcontext()
+            FairLock() if sqlite_db else contextlib.nullcontext()
         )
+
+    def contended(self) -> bool:
+        """Whether another write is waiting for this process's lock (SQLite only)."""
+        return isinstance(self._lock, FairLock) and self._lock.contended()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

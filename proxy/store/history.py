@@ -91,11 +91,14 @@ def longest_stored_prefix(
     """(position, entry id) of the longest stored prefix of `chain`, or (-1, None) if none.
 
     Stored prefixes are closed under truncation, so the chunks are probed from the end and
-    the first chunk with a hit holds the answer: one query for a history that grew a little.
+    the first chunk with a hit holds the answer: one query for a history that grew a little,
+    and one for a long history whose first message is not stored (a new session).
     """
+    if len(chain) > CHUNK and not any_stored(s, session_id, chain):
+        return -1, None
     for end in range(len(chain), 0, -CHUNK):
         start = max(0, end - CHUNK)
-        rows = s.execute(_stored_prefixes(), {"sid": session_id, "chain": chain[start:end]}).all()
+        rows = s.execute(stored_prefixes(), {"sid": session_id, "chain": chain[start:end]}).all()
         if rows:
             found = dict(rows)
             pos = max(i for i in range(start, end) if chain[i] in found)
@@ -103,8 +106,13 @@ def longest_stored_prefix(
     return -1, None
 
 
+def any_stored(s: Executor, session_id: str, chain: Sequence[str]) -> bool:
+    """Whether any prefix of the history is stored: its first message is, if any is."""
+    return s.execute(stored_prefixes(), {"sid": session_id, "chain": chain[:1]}).first() is not None
+
+
 @cache
-def _stored_prefixes() -> Any:
+def stored_prefixes() -> Any:
     return select(EntryRow.prefix_hash, EntryRow.id).where(
         EntryRow.session_id == bindparam("sid"),
         EntryRow.prefix_hash.in_(bindparam("chain", expanding=True)),
@@ -117,9 +125,10 @@ def extend(
     messages: Sequence[dict[str, Any]],
     hashes: Sequence[str],
     now: datetime,
+    chain: Sequence[str] | None = None,
 ) -> tuple[int, int]:
     """Store a history; return (id of its last entry, number of entries added)."""
-    chain = prefix_chain(hashes)
+    chain = prefix_chain(hashes) if chain is None else chain
     pos, parent = longest_stored_prefix(s, session_id, chain)
     tail = range(pos + 1, len(hashes))
     store_messages(s, {hashes[i]: messages[i] for i in tail}, now)

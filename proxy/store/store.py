@@ -37,6 +37,7 @@ from strategies.base import message_hash
 
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")
+AHEAD = 100  # messages stored at a time ahead of a long history's request
 
 
 class Store:
@@ -104,10 +105,14 @@ class Store:
         view, rewritten = _compiled_view(messages, raw, compiled)
         params = {k: v for k, v in request.items() if k != "messages"}
 
+        chain = history.prefix_chain(raw)
+        before = self._store_ahead(session_id, source, key_id, model, messages, raw, chain)
+
         def work(conn: Connection) -> RequestRef:
             now = utcnow()
             seq = _next_seq(conn, session_id, source, model, now, key_id)
-            leaf, added = history.extend(conn, session_id, messages, raw, now)
+            leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+            added += before
             row = {
                 "session_id": session_id,
                 "seq": seq,
@@ -133,10 +138,52 @@ class Store:
             _keep_rewritten(conn, exchange_id, rewritten, now)
             if decided is not None:
                 _keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
-            chain = history.prefix_chain(raw)
             return RequestRef(session_id, seq, exchange_id, leaf, added, len(raw) - 1, chain[-1])
 
         return self._writer.run_core(work)
+
+    def _store_ahead(
+        self,
+        session_id: str,
+        source: str,
+        key_id: str | None,
+        model: str,
+        messages: list[dict[str, Any]],
+        raw: list[str],
+        chain: list[str],
+    ) -> int:
+        """A history longer than AHEAD is stored ahead of the request's own transaction, AHEAD
+        messages at a time, committing whenever another write waits for the lock: no other
+        request waits long behind it, and a prefix is a valid history whatever happens next.
+        Returns how many entries were added."""
+        added, done, last = 0, 0, len(messages) - AHEAD // 2
+        while done + AHEAD < last:
+
+            def work(conn: Connection, done: int = done) -> tuple[int, int]:
+                now = utcnow()
+                session = {
+                    "id": session_id,
+                    "key_id": key_id,
+                    "created_at": now,
+                    "updated_at": now,
+                    "source": source,
+                    "model": model,
+                    "last_seq": 0,
+                }
+                insert_ignore(conn, SessionRow, [session])
+                new = 0
+                while done + AHEAD < last:
+                    done += AHEAD
+                    new += history.extend(
+                        conn, session_id, messages[:done], raw[:done], now, chain[:done]
+                    )[1]
+                    if self._writer.contended():
+                        break
+                return new, done
+
+            new, done = self._writer.run_core(work)
+            added += new
+        return added
 
     def replace_compiled(
         self,
