@@ -86,6 +86,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(passthrough.router)
     app.include_router(ui.router)
     app.include_router(metrics.router)
+    app.router.routes[:0] = chat.plain_routes()
     _install_error_handlers(app)
     openapi.install(app)
     return app
