@@ -24,7 +24,7 @@ from proxy.store.models import EntryRow, MessageRow
 from strategies.base import message_hash, orjson_exact
 
 CHUNK = 500  # bound parameters per IN (…) query
-BULK = 64  # a new tail this long is inserted in one statement
+BULK = 3  # a new tail this long is inserted in one statement, then linked in one more
 
 
 def link(prefix_hash: str, msg_hash: str) -> str:
