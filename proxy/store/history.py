@@ -96,14 +96,23 @@ def longest_stored_prefix(
     """
     if len(chain) > CHUNK and not any_stored(s, session_id, chain):
         return -1, None
-    for end in range(len(chain), 0, -CHUNK):
-        start = max(0, end - CHUNK)
+    for start, end in probes(len(chain)):
         rows = s.execute(stored_prefixes(), {"sid": session_id, "chain": chain[start:end]}).all()
         if rows:
             found = dict(rows)
             pos = max(i for i in range(start, end) if chain[i] in found)
             return pos, found[chain[pos]]
     return -1, None
+
+
+def probes(n: int, first: int = 8) -> Iterable[tuple[int, int]]:
+    """Windows of a history's positions, from its end: a few positions first (a history that
+    grew by a turn is found there), then CHUNK at a time."""
+    end = n
+    start = max(0, end - first)
+    while end > 0:
+        yield start, end
+        end, start = start, max(0, start - CHUNK)
 
 
 def any_stored(s: Executor, session_id: str, chain: Sequence[str]) -> bool:

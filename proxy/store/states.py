@@ -88,8 +88,8 @@ def load(s: Executor, session_id: str, chain: Sequence[str]) -> Prior | None:
     """The state of the longest prefix of `chain` (prefix hashes) that has one, newest first."""
     if len(chain) > history.CHUNK and not history.any_stored(s, session_id, chain):
         return None  # a new session: one query, not one per chunk
-    for end in range(len(chain), 0, -history.CHUNK):
-        window = chain[max(0, end - history.CHUNK) : end]
+    for start, end in history.probes(len(chain)):
+        window = chain[start:end]
         found = s.execute(_latest_state(), {"sid": session_id, "chain": window}).first()
         if found is not None:
             stored = SimpleNamespace(**found._mapping)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -156,7 +157,11 @@ class Store:
         messages at a time, committing whenever another write waits for the lock: no other
         request waits long behind it, and a prefix is a valid history whatever happens next.
         Returns how many entries were added."""
-        added, done, last = 0, 0, len(messages) - AHEAD // 2
+        added, last = 0, len(messages) - AHEAD // 2
+        if last <= AHEAD:
+            return 0
+        with self.engine.connect() as conn:  # a long history that only grew: nothing to do
+            done = history.longest_stored_prefix(conn, session_id, chain)[0] + 1
         while done + AHEAD < last:
 
             def work(conn: Connection, done: int = done) -> tuple[int, int]:
@@ -575,6 +580,8 @@ def _compiled_view(
     messages: list[dict[str, Any]], raw: list[str], compiled: list[dict[str, Any]]
 ) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     """The view encoded against the raw history, and the messages a strategy rewrote."""
+    if len(compiled) == len(messages) and all(map(operator.is_, compiled, messages)):
+        return ([[0, len(messages)]] if messages else []), {}  # nothing was compacted
     # The compiler passes untouched messages through as the same objects: hash only the rest.
     hashed = {id(m): h for m, h in zip(messages, raw, strict=True)}
     view_hashes = [hashed.get(id(m)) or message_hash(m) for m in compiled]
