@@ -557,7 +557,10 @@ async def memory(proxy: c.Target, w: Workload, plan: Plan, bar: Any) -> dict:
 # The older tree's own `serve`, with uvicorn's loop and parser as they were before uvloop and
 # httptools were installed (uvicorn picks them up by itself when they are).
 LAUNCH_BEFORE = (
-    "import functools, sys, uvicorn; "
+    # Without the editable install's finder, which would import this tree's proxy instead.
+    "import sys; sys.meta_path[:] = [f for f in sys.meta_path "
+    "if '__editable__' not in getattr(f, '__module__', '')]; "
+    "import functools, uvicorn; "
     "uvicorn.run = functools.partial(uvicorn.run, loop='asyncio', http='h11'); "
     "from proxy.cli import main; sys.exit(main())"
 )

@@ -24,6 +24,7 @@ from proxy.store.models import EntryRow, MessageRow
 from strategies.base import message_hash, orjson_exact
 
 CHUNK = 500  # bound parameters per IN (…) query
+KNOWN_CHECK = 8  # new messages from which the stored ones are looked up rather than re-sent
 BULK = 3  # a new tail this long is inserted in one statement, then linked in one more
 
 
@@ -82,7 +83,17 @@ def message_row(msg: dict[str, Any], now: datetime, msg_hash: str | None = None)
 
 
 def store_messages(s: Executor, bodies: dict[str, dict[str, Any]], now: datetime) -> None:
+    if len(bodies) >= KNOWN_CHECK:  # a new session often repeats bodies stored already
+        known = set()
+        for chunk in chunks(list(bodies)):
+            known.update(s.execute(_known_messages(), {"hashes": chunk}).scalars())
+        bodies = {h: m for h, m in bodies.items() if h not in known}
     insert_ignore(s, MessageRow, [message_row(m, now, h) for h, m in bodies.items()])
+
+
+@cache
+def _known_messages() -> Any:
+    return select(MessageRow.hash).where(MessageRow.hash.in_(bindparam("hashes", expanding=True)))
 
 
 def longest_stored_prefix(

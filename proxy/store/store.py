@@ -38,7 +38,8 @@ from strategies.base import message_hash
 
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")
-AHEAD = 100  # messages stored at a time ahead of a long history's request
+AHEAD = 100  # messages stored at a time ahead of a long history's request …
+AHEAD_FROM = 1_000  # … when this many or more are new
 
 
 class Store:
@@ -153,15 +154,17 @@ class Store:
         raw: list[str],
         chain: list[str],
     ) -> int:
-        """A history longer than AHEAD is stored ahead of the request's own transaction, AHEAD
-        messages at a time, committing whenever another write waits for the lock: no other
+        """A new tail longer than AHEAD_FROM is stored ahead of the request's own transaction,
+        AHEAD messages at a time, committing whenever another write waits for the lock: no other
         request waits long behind it, and a prefix is a valid history whatever happens next.
         Returns how many entries were added."""
         added, last = 0, len(messages) - AHEAD // 2
-        if last <= AHEAD:
+        if len(messages) <= AHEAD_FROM:
             return 0
         with self.engine.connect() as conn:  # a long history that only grew: nothing to do
             done = history.longest_stored_prefix(conn, session_id, chain)[0] + 1
+        if len(messages) - done <= AHEAD_FROM:
+            return 0
         while done + AHEAD < last:
 
             def work(conn: Connection, done: int = done) -> tuple[int, int]:
