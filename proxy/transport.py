@@ -140,6 +140,16 @@ async def _exchange(
     conn: _Connection, data: bytes, timeout: dict[str, Any], request: httpx.Request
 ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     try:
+        return await _send_and_read_head(conn, data, timeout, request)
+    except asyncio.CancelledError:  # the caller gave up (a client left): the answer is unread
+        conn.close()
+        raise
+
+
+async def _send_and_read_head(
+    conn: _Connection, data: bytes, timeout: dict[str, Any], request: httpx.Request
+) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    try:
         conn.writer.write(data)
         async with asyncio.timeout(timeout.get("write")):
             await conn.writer.drain()
