@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from proxy.windows import Windows
 from proxy.wire import anthropic
 
 log = logging.getLogger("ctxproxy")
+SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -61,6 +63,10 @@ class Services:
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Work on the thread pool (compile, hashing, storing a long history) holds the GIL
+        # between its I/O; the event loop and other requests' threads get it back within
+        # this interval (Python's default, 5 ms, queues a request for tens of ms behind it).
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         store = Store(settings.database_url)
         if await run_in_threadpool(store.needs_upgrade):
             await run_in_threadpool(store.upgrade)
@@ -96,6 +102,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(passthrough.router)
     app.include_router(ui.router)
     app.include_router(metrics.router)
+    app.router.routes[:0] = chat.plain_routes()
     _install_error_handlers(app)
     openapi.install(app)
     return app

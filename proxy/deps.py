@@ -9,6 +9,7 @@ import hmac
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from proxy.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from proxy.protocol import parse_json
@@ -103,9 +104,16 @@ def require_json(request: Request) -> None:
         )
 
 
+# A body this long is parsed on a worker thread, so that the event loop serves other requests.
+OFF_LOOP_BYTES = 1 << 20
+
+
 async def json_body(request: Request, services: ServicesDep) -> dict[str, Any]:
     require_json(request)
-    return parse_json(await read_body(request, services.settings.max_body_bytes))
+    raw = await read_body(request, services.settings.max_body_bytes)
+    if len(raw) > OFF_LOOP_BYTES:
+        return await run_in_threadpool(parse_json, raw)
+    return parse_json(raw)
 
 
 JsonBody = Annotated[dict[str, Any], Depends(json_body)]

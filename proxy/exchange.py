@@ -18,7 +18,7 @@ from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from proxy import answers, observe, pairing, recall, rounds
+from proxy import answers, observe, recall, rounds
 from proxy import upstream as up
 from proxy.calibration import exact_prompt_tokens, next_factor
 from proxy.compiler import Compiled, compile_request, message_budget
@@ -30,7 +30,7 @@ from proxy.errors import (
     ProxyError,
 )
 from proxy.overflow import Overflow, parse_overflow
-from proxy.protocol import parse_chat
+from proxy.prepare import prepare
 from proxy.relay import relay
 from proxy.rounds import Rounds, folded
 from proxy.sessions import identify
@@ -55,9 +55,9 @@ async def run(
     `wire` (proxy/wire/forward.py) is how an exchange that came in on another API than chat
     completions is forwarded and answered; `body` is then its neutral form."""
     started = time.monotonic()
-    chat = parse_chat(body)
-    # What is compiled and sent; `body` stays the raw request, stored as the client sent it.
-    sendable = pairing.apply_policy(body, services.settings.compaction.invalid_pairing)
+    # The wire shape checked; `sendable` is what is compiled and sent (repaired, if the policy
+    # says so), while `body` stays the raw request, stored as the client sent it.
+    chat, sendable = await prepare(body, services.settings.compaction.invalid_pairing)
     upstream = services.settings.upstream_for(chat.model)
     if upstream is None:
         raise ModelNotFound(chat.model)
@@ -159,9 +159,16 @@ class Turn:
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this turn's view starts from."""
-        self.hashes = await run_in_threadpool(hash_messages, body["messages"])
-        if sendable["messages"] is body["messages"]:  # a repaired history compiles afresh
-            self.prior = await run_in_threadpool(self.store.load_state, session_id, self.hashes)
+        fresh = sendable["messages"] is not body["messages"]  # a repaired history compiles afresh
+        self.hashes, self.prior = await run_in_threadpool(
+            self._hash_and_load, session_id, body["messages"], fresh
+        )
+
+    def _hash_and_load(
+        self, session_id: str, messages: list[dict[str, Any]], fresh: bool
+    ) -> tuple[list[str], Prior | None]:
+        hashes = hash_messages(messages)  # one thread hop for both: each costs a loop turn
+        return hashes, None if fresh else self.store.load_state(session_id, hashes)
 
     def session_factor(self, default: float) -> float:
         """The session's own calibration, moved by what the upstream counted last turn."""

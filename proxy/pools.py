@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import httpx
 
 from proxy.settings import Upstream
+from proxy.transport import Http11Transport
 
 Origin = tuple[bytes, bytes, int | None]
 # Anything not addressed to a configured upstream (none today) gets a small pool of its own.
@@ -21,15 +22,20 @@ class UpstreamPools(httpx.AsyncBaseTransport):
     """An httpx transport that sends each request through its upstream server's own pool."""
 
     def __init__(self, upstreams: Sequence[Upstream]) -> None:
-        self._pools: dict[Origin, httpx.AsyncHTTPTransport] = {}
+        self._pools: dict[Origin, httpx.AsyncBaseTransport] = {}
         for u in upstreams:
             limits = httpx.Limits(
                 max_connections=u.max_connections,
                 max_keepalive_connections=min(u.max_connections, 64),
             )
-            self._pools.setdefault(
-                origin(httpx.URL(u.base_url)), httpx.AsyncHTTPTransport(limits=limits)
+            url = httpx.URL(u.base_url)
+            # Plain http (a model server beside us): the lean transport; TLS: httpx's own.
+            pool = (
+                Http11Transport(limits)
+                if url.scheme == "http"
+                else httpx.AsyncHTTPTransport(limits=limits)
             )
+            self._pools.setdefault(origin(url), pool)
         self._other = httpx.AsyncHTTPTransport(limits=OTHER)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from proxy.errors import BadRequest
@@ -90,7 +92,27 @@ def chat_openapi() -> dict[str, Any]:
     return {"requestBody": body}
 
 
+# Bytes to digits ("0") or not (" "): a run of 19 digits may be an integer past 64 bits.
+_DIGITS = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+_LONG_NUMBER = b"0" * 19
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a dict. orjson first (several times faster); whatever it refuses or might
+    read differently (an integer past 64 bits it would make a float) takes the standard
+    parser, whose checks and messages decide."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _parse_json_std(raw)
+    if _LONG_NUMBER in raw.translate(_DIGITS):
+        return _parse_json_std(raw)
+    if not isinstance(data, dict):
+        raise BadRequest("The request body must be a JSON object")
+    return data
+
+
+def _parse_json_std(raw: bytes) -> dict[str, Any]:
     try:
         data = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
@@ -121,6 +143,93 @@ def _is_valid_unicode(data: Any) -> bool:
         json.dumps(data, ensure_ascii=False).encode()
     except UnicodeEncodeError:
         return False
+    return True
+
+
+@dataclass(frozen=True)
+class ChatHead:
+    """What the exchange needs of a validated chat request."""
+
+    model: str
+    stream: bool | None
+
+
+_ROLES = frozenset(ChatMessage.model_fields["role"].annotation.__args__)  # type: ignore[union-attr]
+_OPTIONAL_STR = ("name", "tool_call_id")
+
+
+def chat_head(data: dict[str, Any]) -> ChatHead:
+    """Validate a chat request as parse_chat does, without building a model per message: a
+    plain check accepts what is plainly valid; anything else goes to parse_chat, which
+    refuses it with its message or accepts it as pydantic would (coercions included)."""
+    if _plainly_valid(data):
+        return ChatHead(data["model"], data.get("stream"))
+    chat = parse_chat(data)
+    return ChatHead(chat.model, chat.stream)
+
+
+def _plainly_valid(data: dict[str, Any]) -> bool:
+    model, messages = data.get("model"), data.get("messages")
+    if type(model) is not str or not 0 < len(model) <= MAX_MODEL_CHARS or _CONTROL.search(model):
+        return False
+    if type(messages) is not list or not messages:
+        return False
+    for key, kind in _TOP_LEVEL.items():
+        value = data.get(key)
+        if value is not None and type(value) is not kind:
+            return False
+    for key in ("max_tokens", "max_completion_tokens"):
+        if data.get(key) is not None and data[key] < 0:
+            return False
+    options = data.get("stream_options")
+    if options is not None and type(options.get("include_usage", False)) not in (bool, NoneType):
+        return False
+    tools = data.get("tools")
+    if tools is not None and not all(type(t) is dict for t in tools):
+        return False
+    return all(_plain_message(m) for m in messages)
+
+
+NoneType = type(None)
+_TOP_LEVEL = {
+    "stream": bool,
+    "stream_options": dict,
+    "tools": list,
+    "max_tokens": int,
+    "max_completion_tokens": int,
+    "user": str,
+    "metadata": dict,
+}
+
+
+def _plain_message(m: Any) -> bool:
+    if type(m) is not dict or type(m.get("role")) is not str or m["role"] not in _ROLES:
+        return False
+    content = m.get("content")
+    if content is not None and type(content) is not str:
+        if type(content) is not list:
+            return False
+        for part in content:
+            if type(part) is not dict or type(part.get("type")) is not str:
+                return False
+    for key in _OPTIONAL_STR:
+        value = m.get(key)
+        if value is not None and type(value) is not str:
+            return False
+    calls = m.get("tool_calls")
+    if calls is not None:
+        if type(calls) is not list:
+            return False
+        for call in calls:
+            if type(call) is not dict or type(call.get("id")) is not str:
+                return False
+            if type(call.get("type", "function")) is not str:
+                return False
+            fn = call.get("function")
+            if type(fn) is not dict:
+                return False
+            if type(fn.get("name")) is not str or type(fn.get("arguments")) is not str:
+                return False
     return True
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
+from json import dumps as json_dumps
 from typing import Any
 
 import anyio
 import httpx
+import orjson
 
 from proxy.errors import (
     BadRequest,
@@ -93,12 +95,13 @@ async def send(
     client's that the API needs passed along (anthropic-version, anthropic-beta)."""
     headers = {**(headers or {}), **request_headers(upstream)}
     url = upstream.base_url + path
+    if json is not None:
+        content, json = encode_json(json), None
     if content is not None:
         headers["content-type"] = "application/json"
     req = client.build_request(
         method,
         url,
-        json=json,
         content=content,
         params=params,
         headers=headers,
@@ -127,6 +130,16 @@ async def send(
             f"Upstream '{upstream.name}' is unreachable: {method} {url} failed with "
             f"{describe(exc)}. Is the model server running there?"
         ) from None
+
+
+def encode_json(data: Any) -> bytes:
+    """What httpx's `json=` sends (compact, UTF-8), made by orjson: several times faster on a
+    long history. Integers past 64 bits and lone surrogates take the standard encoder."""
+    try:
+        return orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        text = json_dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return text.encode("utf-8")
 
 
 def describe(exc: httpx.HTTPError) -> str:

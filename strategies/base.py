@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+import orjson
+
 # An OpenAI chat message as the client sent it; keys we do not know are kept untouched.
 Message = dict[str, Any]
 
@@ -26,18 +28,54 @@ def canonical_json(msg: Any) -> str:
 
 
 def message_hash(msg: Message) -> str:
+    return hashlib.sha256(canonical_bytes(msg)).hexdigest()
+
+
+def canonical_bytes(msg: Any) -> bytes:
+    """canonical_json(msg) as UTF-8, made by orjson when that gives the same bytes: strings,
+    64-bit integers, booleans and nulls, which it writes as the standard encoder does (floats
+    it may write in another form, so they take the standard encoder)."""
+    if orjson_exact(msg):
+        try:
+            return orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # a lone surrogate
+            pass
     # surrogatepass: JSON may carry a lone surrogate ("\ud800"), which strict UTF-8 rejects
-    return hashlib.sha256(canonical_json(msg).encode("utf-8", "surrogatepass")).hexdigest()
+    return canonical_json(msg).encode("utf-8", "surrogatepass")
+
+
+_I64_MIN, _U64_MAX = -(2**63), 2**64 - 1
+_ORJSON_DEPTH = 200
+
+
+def orjson_exact(value: Any, depth: int = 0) -> bool:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if depth > _ORJSON_DEPTH:  # orjson refuses deeper nesting; the standard encoder decides
+        return False
+    if kind is dict:
+        return all(type(k) is str and orjson_exact(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(orjson_exact(v, depth + 1) for v in value)
+    if kind is int:
+        return _I64_MIN <= value <= _U64_MAX
+    return False
 
 
 def content_key(msg: Message) -> str:
     """A digest equal for equal messages, for caches inside one process.
 
-    Not message_hash: string values are hashed as raw UTF-8 instead of being JSON-escaped
-    first, which is several times faster on large tool outputs (a warm compile of 1,000
-    messages digests ~1 MB). Values are tagged and length-prefixed, so two different messages
-    collide only if sha256 does.
+    Where orjson writes the message exactly (nearly always), its sorted-keys JSON hashed;
+    otherwise string values are hashed as raw UTF-8 instead of being JSON-escaped first.
+    Values are tagged and length-prefixed, so two different messages collide only if sha256
+    does; the two forms never meet (a "j" prefix on the first).
     """
+    if type(msg) is dict and orjson_exact(msg):
+        try:
+            return "j" + hashlib.sha256(orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        except orjson.JSONEncodeError:
+            pass
     digest = hashlib.sha256()
     for key in sorted(msg):
         value = msg[key]

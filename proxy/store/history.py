@@ -12,28 +12,44 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
+import orjson
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
-from proxy.store.engine import insert_ignore, insert_ignore_returning
+from proxy.store.engine import Executor, insert_ignore, insert_ignore_returning
 from proxy.store.models import EntryRow, MessageRow
-from strategies.base import message_hash
+from strategies.base import message_hash, orjson_exact
 
 CHUNK = 500  # bound parameters per IN (…) query
-BULK = 64  # a new tail this long is inserted in one statement
+KNOWN_CHECK = 8  # new messages from which the stored ones are looked up rather than re-sent
+BULK = 3  # a new tail this long is inserted in one statement, then linked in one more
 
 
 def link(prefix_hash: str, msg_hash: str) -> str:
     return hashlib.sha256((prefix_hash + msg_hash).encode()).hexdigest()
 
 
+class Hashes(list[str]):
+    """A history's message hashes, keeping its prefix chain once it has been computed: a
+    request looks its history up and stores it, and both need the chain."""
+
+    chain: list[str] | None = None
+
+
 def prefix_chain(hashes: Sequence[str]) -> list[str]:
+    known = getattr(hashes, "chain", None)
+    if known is not None and len(known) == len(hashes):
+        return known
     chain, prefix = [], ""
+    sha256 = hashlib.sha256
     for h in hashes:
-        prefix = link(prefix, h)
+        prefix = sha256((prefix + h).encode()).hexdigest()
         chain.append(prefix)
+    if isinstance(hashes, Hashes):
+        hashes.chain = chain
     return chain
 
 
@@ -42,37 +58,57 @@ def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def message_row(msg: dict[str, Any], now: datetime, msg_hash: str | None = None) -> dict[str, Any]:
+def compact_json(msg: dict[str, Any]) -> tuple[str, int]:
+    """A message's stored body, compact JSON in its own key order, and its size in bytes."""
+    if orjson_exact(msg):
+        try:
+            data = orjson.dumps(msg)
+            return data.decode(), len(data)
+        except orjson.JSONEncodeError:  # a lone surrogate
+            pass
     body = json.dumps(msg, ensure_ascii=False, separators=(",", ":"))
+    return body, len(body.encode("utf-8", "surrogatepass"))
+
+
+def message_row(msg: dict[str, Any], now: datetime, msg_hash: str | None = None) -> dict[str, Any]:
+    body, size = compact_json(msg)
     role = msg.get("role")
     return {
         "hash": msg_hash or message_hash(msg),
         "role": role[:32] if isinstance(role, str) else None,
         "body": body,
-        "size": len(body.encode()),
+        "size": size,
         "created_at": now,
     }
 
 
-def store_messages(s: Session, bodies: dict[str, dict[str, Any]], now: datetime) -> None:
+def store_messages(s: Executor, bodies: dict[str, dict[str, Any]], now: datetime) -> None:
+    if len(bodies) >= KNOWN_CHECK:  # a new session often repeats bodies stored already
+        known = set()
+        for chunk in chunks(list(bodies)):
+            known.update(s.execute(_known_messages(), {"hashes": chunk}).scalars())
+        bodies = {h: m for h, m in bodies.items() if h not in known}
     insert_ignore(s, MessageRow, [message_row(m, now, h) for h, m in bodies.items()])
 
 
+@cache
+def _known_messages() -> Any:
+    return select(MessageRow.hash).where(MessageRow.hash.in_(bindparam("hashes", expanding=True)))
+
+
 def longest_stored_prefix(
-    s: Session, session_id: str, chain: Sequence[str]
+    s: Executor, session_id: str, chain: Sequence[str]
 ) -> tuple[int, int | None]:
     """(position, entry id) of the longest stored prefix of `chain`, or (-1, None) if none.
 
     Stored prefixes are closed under truncation, so the chunks are probed from the end and
-    the first chunk with a hit holds the answer: one query for a history that grew a little.
+    the first chunk with a hit holds the answer: one query for a history that grew a little,
+    and one for a long history whose first message is not stored (a new session).
     """
-    for end in range(len(chain), 0, -CHUNK):
-        start = max(0, end - CHUNK)
-        rows = s.execute(
-            select(EntryRow.prefix_hash, EntryRow.id).where(
-                EntryRow.session_id == session_id, EntryRow.prefix_hash.in_(chain[start:end])
-            )
-        ).all()
+    if len(chain) > CHUNK and not any_stored(s, session_id, chain):
+        return -1, None
+    for start, end in probes(len(chain)):
+        rows = s.execute(stored_prefixes(), {"sid": session_id, "chain": chain[start:end]}).all()
         if rows:
             found = dict(rows)
             pos = max(i for i in range(start, end) if chain[i] in found)
@@ -80,15 +116,39 @@ def longest_stored_prefix(
     return -1, None
 
 
+def probes(n: int, first: int = 8) -> Iterable[tuple[int, int]]:
+    """Windows of a history's positions, from its end: a few positions first (a history that
+    grew by a turn is found there), then CHUNK at a time."""
+    end = n
+    start = max(0, end - first)
+    while end > 0:
+        yield start, end
+        end, start = start, max(0, start - CHUNK)
+
+
+def any_stored(s: Executor, session_id: str, chain: Sequence[str]) -> bool:
+    """Whether any prefix of the history is stored: its first message is, if any is."""
+    return s.execute(stored_prefixes(), {"sid": session_id, "chain": chain[:1]}).first() is not None
+
+
+@cache
+def stored_prefixes() -> Any:
+    return select(EntryRow.prefix_hash, EntryRow.id).where(
+        EntryRow.session_id == bindparam("sid"),
+        EntryRow.prefix_hash.in_(bindparam("chain", expanding=True)),
+    )
+
+
 def extend(
-    s: Session,
+    s: Executor,
     session_id: str,
     messages: Sequence[dict[str, Any]],
     hashes: Sequence[str],
     now: datetime,
+    chain: Sequence[str] | None = None,
 ) -> tuple[int, int]:
     """Store a history; return (id of its last entry, number of entries added)."""
-    chain = prefix_chain(hashes)
+    chain = prefix_chain(hashes) if chain is None else chain
     pos, parent = longest_stored_prefix(s, session_id, chain)
     tail = range(pos + 1, len(hashes))
     store_messages(s, {hashes[i]: messages[i] for i in tail}, now)
@@ -103,7 +163,7 @@ def extend(
 
 
 def _extend_in_bulk(
-    s: Session,
+    s: Executor,
     session_id: str,
     hashes: Sequence[str],
     chain: Sequence[str],
@@ -151,7 +211,7 @@ def _extend_in_bulk(
 
 
 def append(
-    s: Session,
+    s: Executor,
     session_id: str,
     parent_id: int | None,
     position: int,

@@ -7,12 +7,14 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import bindparam, select
 
 from proxy.store import history
+from proxy.store.engine import Executor
 from proxy.store.models import EntryRow, ExchangeRow, ViewStateRow
 from strategies.base import CompactionEvent, Message
 from strategies.state import Form, Item, ViewState
@@ -82,22 +84,16 @@ def encode_items(items: Sequence[Item], hash_of: Callable[[Message], str]) -> li
     return out
 
 
-def load(s: Session, session_id: str, chain: Sequence[str]) -> Prior | None:
+def load(s: Executor, session_id: str, chain: Sequence[str]) -> Prior | None:
     """The state of the longest prefix of `chain` (prefix hashes) that has one, newest first."""
-    for end in range(len(chain), 0, -history.CHUNK):
-        found = s.execute(
-            select(ViewStateRow, ExchangeRow.prompt_tokens)
-            .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
-            .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
-            .where(
-                EntryRow.session_id == session_id,
-                EntryRow.prefix_hash.in_(chain[max(0, end - history.CHUNK) : end]),
-            )
-            .order_by(EntryRow.position.desc(), ViewStateRow.exchange_id.desc())
-            .limit(1)
-        ).first()
+    if len(chain) > history.CHUNK and not history.any_stored(s, session_id, chain):
+        return None  # a new session: one query, not one per chunk
+    for start, end in history.probes(len(chain)):
+        window = chain[start:end]
+        found = s.execute(_latest_state(), {"sid": session_id, "chain": window}).first()
         if found is not None:
-            stored, prompt_tokens = found
+            stored = SimpleNamespace(**found._mapping)
+            prompt_tokens = stored.prompt_tokens
             return Prior(
                 _decode(s, stored),
                 stored.factor,
@@ -108,7 +104,23 @@ def load(s: Session, session_id: str, chain: Sequence[str]) -> Prior | None:
     return None
 
 
-def _decode(s: Session, stored: ViewStateRow) -> ViewState:
+@cache
+def _latest_state() -> Any:
+    """Built once (building costs more than running it): rows, not ORM objects."""
+    return (
+        select(*ViewStateRow.__table__.c, ExchangeRow.prompt_tokens)
+        .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
+        .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
+        .where(
+            EntryRow.session_id == bindparam("sid"),
+            EntryRow.prefix_hash.in_(bindparam("chain", expanding=True)),
+        )
+        .order_by(EntryRow.position.desc(), ViewStateRow.exchange_id.desc())
+        .limit(1)
+    )
+
+
+def _decode(s: Executor, stored: Any) -> ViewState:
     forms = [part for part in stored.items if isinstance(part, dict)]
     bodies = history.bodies(s, [f["h"] for f in forms])
     items: list[Item] = []

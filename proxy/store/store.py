@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import delete, exists, insert, select, text, update
+from sqlalchemy import Connection, Table, bindparam, delete, exists, insert, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from proxy.store import history, liveness, reads, states
-from proxy.store.engine import Writer, insert_ignore, make_engine
+from proxy.store.engine import Executor, Writer, dialect_of, insert_ignore, make_engine, statement
 from proxy.store.models import (
     CompiledRef,
     EntryRow,
@@ -36,6 +38,8 @@ from strategies.base import message_hash
 
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")
+AHEAD = 100  # messages stored at a time ahead of a long history's request …
+AHEAD_FROM = 1_000  # … when this many or more are new
 
 
 class Store:
@@ -103,39 +107,91 @@ class Store:
         view, rewritten = _compiled_view(messages, raw, compiled)
         params = {k: v for k, v in request.items() if k != "messages"}
 
-        def work(s: Session) -> RequestRef:
-            now = utcnow()
-            seq = _next_seq(s, session_id, source, model, now, key_id)
-            leaf, added = history.extend(s, session_id, messages, raw, now)
-            x = ExchangeRow(
-                session_id=session_id,
-                seq=seq,
-                created_at=now,
-                model=model,
-                upstream=upstream,
-                stream=stream,
-                tokens_original=tokens_original,
-                tokens_compiled=tokens_compiled,
-                budget=budget,
-                window=window,
-                pipeline=list(pipeline),
-                events=list(events),
-                params=params,
-                leaf_entry_id=leaf,
-                new_messages=added,
-                compiled=view,
-                partial=False,
-                key_id=key_id,
-                owner=self.instance,
-            )
-            s.add(x)
-            s.flush()
-            _keep_rewritten(s, x.id, rewritten, now)
-            if decided is not None:
-                _keep_state(s, x.id, session_id, leaf, decided, rewritten, now)
-            return RequestRef(session_id, seq, x.id, leaf, added)
+        chain = history.prefix_chain(raw)
+        before = self._store_ahead(session_id, source, key_id, model, messages, raw, chain)
 
-        return self._writer.run(work)
+        def work(conn: Connection) -> RequestRef:
+            now = utcnow()
+            seq = _next_seq(conn, session_id, source, model, now, key_id)
+            leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+            added += before
+            row = {
+                "session_id": session_id,
+                "seq": seq,
+                "created_at": now,
+                "model": model,
+                "upstream": upstream,
+                "stream": stream,
+                "tokens_original": tokens_original,
+                "tokens_compiled": tokens_compiled,
+                "budget": budget,
+                "context_window": window,
+                "pipeline": list(pipeline),
+                "events": list(events),
+                "params": params,
+                "leaf_entry_id": leaf,
+                "new_messages": added,
+                "compiled": view,
+                "partial": False,
+                "key_id": key_id,
+                "owner": self.instance,
+            }
+            exchange_id = conn.execute(_insert_exchange(), row).scalar_one()
+            _keep_rewritten(conn, exchange_id, rewritten, now)
+            if decided is not None:
+                _keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
+            return RequestRef(session_id, seq, exchange_id, leaf, added, len(raw) - 1, chain[-1])
+
+        return self._writer.run_core(work)
+
+    def _store_ahead(
+        self,
+        session_id: str,
+        source: str,
+        key_id: str | None,
+        model: str,
+        messages: list[dict[str, Any]],
+        raw: list[str],
+        chain: list[str],
+    ) -> int:
+        """A new tail longer than AHEAD_FROM is stored ahead of the request's own transaction,
+        AHEAD messages at a time, committing whenever another write waits for the lock: no other
+        request waits long behind it, and a prefix is a valid history whatever happens next.
+        Returns how many entries were added."""
+        added, last = 0, len(messages) - AHEAD // 2
+        if len(messages) <= AHEAD_FROM:
+            return 0
+        with self.engine.connect() as conn:  # a long history that only grew: nothing to do
+            done = history.longest_stored_prefix(conn, session_id, chain)[0] + 1
+        if len(messages) - done <= AHEAD_FROM:
+            return 0
+        while done + AHEAD < last:
+
+            def work(conn: Connection, done: int = done) -> tuple[int, int]:
+                now = utcnow()
+                session = {
+                    "id": session_id,
+                    "key_id": key_id,
+                    "created_at": now,
+                    "updated_at": now,
+                    "source": source,
+                    "model": model,
+                    "last_seq": 0,
+                }
+                insert_ignore(conn, SessionRow, [session])
+                new = 0
+                while done + AHEAD < last:
+                    done += AHEAD
+                    new += history.extend(
+                        conn, session_id, messages[:done], raw[:done], now, chain[:done]
+                    )[1]
+                    if self._writer.contended():
+                        break
+                return new, done
+
+            new, done = self._writer.run_core(work)
+            added += new
+        return added
 
     def replace_compiled(
         self,
@@ -196,9 +252,9 @@ class Store:
         request's, when recall rounds ran: what the compiled view cost."""
         answer = message_hash(response) if response is not None else None
 
-        def work(s: Session) -> None:
+        def work(conn: Connection) -> None:
             now = utcnow()
-            if s.get(ExchangeRow, ref.exchange_id) is None:
+            if conn.execute(_exchange_exists(), {"xid": ref.exchange_id}).first() is None:
                 log.info(
                     "store: session %s was deleted before exchange %d finished",
                     ref.session_id,
@@ -207,43 +263,39 @@ class Store:
                 return
             entry_id = None
             if response is not None and answer is not None:
-                history.store_messages(s, {answer: response}, now)
-                leaf = s.get_one(EntryRow, ref.leaf_entry_id)
+                history.store_messages(conn, {answer: response}, now)
+                position, prefix = _leaf_of(conn, ref)
                 entry_id, _ = history.append(
-                    s,
+                    conn,
                     ref.session_id,
-                    leaf.id,
-                    leaf.position + 1,
+                    ref.leaf_entry_id,
+                    position + 1,
                     answer,
-                    history.link(leaf.prefix_hash, answer),
+                    history.link(prefix, answer),
                     now,
                     partial=partial,
                 )
-            s.execute(
-                update(ExchangeRow)
-                .where(ExchangeRow.id == ref.exchange_id)
-                .values(
-                    status=status,
-                    finished_at=now,
-                    latency_ms=latency_ms,
-                    ttft_ms=ttft_ms,
-                    response_hash=answer,
-                    response_entry_id=entry_id,
-                    partial=partial,
-                    usage=usage,
-                    error=error,
-                    attempts=attempts,
-                    choices=choices,
-                    recalls=recalls,
-                    progress=None,
-                    **_usage_columns(sent_usage or usage),
-                )
-            )
-            s.execute(
-                update(SessionRow).where(SessionRow.id == ref.session_id).values(updated_at=now)
-            )
+            values = {
+                "xid": ref.exchange_id,
+                "status": status,
+                "finished_at": now,
+                "latency_ms": latency_ms,
+                "ttft_ms": ttft_ms,
+                "response_hash": answer,
+                "response_entry_id": entry_id,
+                "partial": partial,
+                "usage": usage,
+                "error": error,
+                "attempts": attempts,
+                "choices": choices,
+                "recalls": recalls,
+                "progress": None,
+                **_usage_columns(sent_usage or usage),
+            }
+            conn.execute(_finish_exchange(), values)
+            conn.execute(_touch_session(), {"sid": ref.session_id, "updated_at": now})
 
-        self._writer.run(work)
+        self._writer.run_core(work)
 
     def save_progress(self, ref: RequestRef, answer: dict[str, Any]) -> None:
         """The answer streamed so far, kept on the open exchange in case this process dies."""
@@ -332,7 +384,8 @@ class Store:
     def load_state(self, session_id: str, hashes: list[str]) -> states.Prior | None:
         """The compaction state of the longest prefix of this history that has one."""
         chain = history.prefix_chain(hashes)
-        return self._read(lambda s: states.load(s, session_id, chain))
+        with self.engine.connect() as conn:
+            return states.load(conn, session_id, chain)
 
     def _read(self, query: Callable[[Session], T]) -> T:
         with Session(self.engine) as s, s.begin():
@@ -387,8 +440,27 @@ class Store:
 
 
 def _next_seq(
-    s: Session, session_id: str, source: str, model: str, now: Any, key_id: str | None
+    s: Session | Connection,
+    session_id: str,
+    source: str,
+    model: str,
+    now: Any,
+    key_id: str | None,
 ) -> int:
+    name = dialect_of(s)
+    if name in ("sqlite", "postgresql"):
+        # One statement: insert the session or, when it exists, take its next number. The
+        # update row-locks the session until commit, so concurrent requests take turns.
+        row = {
+            "id": session_id,
+            "key_id": key_id,
+            "created_at": now,
+            "updated_at": now,
+            "source": source,
+            "model": model,
+            "last_seq": 1,
+        }
+        return s.execute(_upsert_session(name), row).scalar_one()
     row = {
         "id": session_id,
         "key_id": key_id,
@@ -436,12 +508,63 @@ def _collect_garbage(s: Session, candidates: list[str]) -> None:
         )
 
 
-def hash_messages(messages: list[dict[str, Any]]) -> list[str]:
-    return [message_hash(m) for m in messages]
+def hash_messages(messages: list[dict[str, Any]]) -> history.Hashes:
+    return history.Hashes(message_hash(m) for m in messages)
+
+
+def _leaf_of(conn: Connection, ref: RequestRef) -> tuple[int, str]:
+    """The position and prefix hash of the request's last entry (known since it was stored)."""
+    if ref.leaf_position is not None and ref.leaf_prefix is not None:
+        return ref.leaf_position, ref.leaf_prefix
+    e = EntryRow.__table__.c
+    found = conn.execute(select(e.position, e.prefix_hash).where(e.id == ref.leaf_entry_id)).one()
+    return found[0], found[1]
+
+
+def _table(model: type[Any]) -> Table:
+    return cast(Table, model.__table__)
+
+
+def _insert_exchange() -> Any:
+    t = _table(ExchangeRow)
+    return statement("insert", t, "any", lambda: insert(t).returning(t.c.id))
+
+
+def _exchange_exists() -> Any:
+    t = _table(ExchangeRow)
+    return statement("exists", t, "any", lambda: select(t.c.id).where(t.c.id == bindparam("xid")))
+
+
+def _finish_exchange() -> Any:
+    # No values(): the SET clause is whatever columns the parameters name.
+    t = _table(ExchangeRow)
+    return statement("finish", t, "any", lambda: update(t).where(t.c.id == bindparam("xid")))
+
+
+def _touch_session() -> Any:
+    t = _table(SessionRow)
+    return statement("touch", t, "any", lambda: update(t).where(t.c.id == bindparam("sid")))
+
+
+def _upsert_session(dialect: str) -> Any:
+    t = _table(SessionRow)
+
+    def build() -> Any:
+        ins = (sqlite if dialect == "sqlite" else postgresql).insert(t)
+        return ins.on_conflict_do_update(
+            index_elements=[t.c.id],
+            set_={
+                "last_seq": t.c.last_seq + 1,
+                "updated_at": ins.excluded.updated_at,
+                "model": ins.excluded.model,
+            },
+        ).returning(t.c.last_seq)
+
+    return statement("upsert", t, dialect, build)
 
 
 def _keep_state(
-    s: Session,
+    s: Executor,
     exchange_id: int,
     session_id: str,
     entry_id: int,
@@ -454,10 +577,10 @@ def _keep_state(
     def hash_of(msg: dict[str, Any]) -> str:
         return by_id.get(id(msg)) or message_hash(msg)
 
+    t = _table(ViewStateRow)
     s.execute(
-        insert(ViewStateRow).values(
-            states.row(exchange_id, session_id, entry_id, decided, hash_of, now)
-        )
+        statement("insert", t, "any", lambda: insert(t)),
+        states.row(exchange_id, session_id, entry_id, decided, hash_of, now),
     )
 
 
@@ -465,6 +588,8 @@ def _compiled_view(
     messages: list[dict[str, Any]], raw: list[str], compiled: list[dict[str, Any]]
 ) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     """The view encoded against the raw history, and the messages a strategy rewrote."""
+    if len(compiled) == len(messages) and all(map(operator.is_, compiled, messages)):
+        return ([[0, len(messages)]] if messages else []), {}  # nothing was compacted
     # The compiler passes untouched messages through as the same objects: hash only the rest.
     hashed = {id(m): h for m, h in zip(messages, raw, strict=True)}
     view_hashes = [hashed.get(id(m)) or message_hash(m) for m in compiled]
@@ -474,7 +599,7 @@ def _compiled_view(
 
 
 def _keep_rewritten(
-    s: Session, exchange_id: int, rewritten: dict[str, dict[str, Any]], now: Any
+    s: Executor, exchange_id: int, rewritten: dict[str, dict[str, Any]], now: Any
 ) -> None:
     """Store the rewritten messages and mark them used by the exchange (deletes check this)."""
     history.store_messages(s, rewritten, now)

@@ -14,6 +14,9 @@ class RequestRef:
     exchange_id: int
     leaf_entry_id: int  # the history entry of the request's last message
     new_messages: int  # how many history positions this request added
+    # That entry's position and prefix hash, when known: the answer is stored after it.
+    leaf_position: int | None = None
+    leaf_prefix: str | None = None
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,14 @@ def test_overhead_runs_on_a_tiny_history(tmp_path: Path) -> None:
     out = run("bench.overhead", "--quick", "--no-peers", "--out", str(tmp_path))
     assert "added p50 ms, non-streaming" in out
     data = json.loads((tmp_path / "overhead-quick.json").read_text())
-    proxied = data["figures"]["tiny"]["ctxproxy"]
-    assert "error" not in proxied, proxied
-    assert proxied["p50_ms"]["median"] > 0
-    assert set(proxied["rps"]) == {"1", "16", "64"}
-    assert (tmp_path / "overhead-quick.png").stat().st_size > 0
+    for kind in ("continuing", "new"):
+        proxied = data["latency"]["tiny"][kind]["ctxproxy"]
+        assert "error" not in proxied, proxied
+        assert proxied["p50_ms"]["median"] > 0
+    assert data["latency"]["tiny"]["continuing"]["ctxproxy"]["rps16"]["median"] > 0
+    assert [p["messages"] for p in data["growth"]["ctxproxy"]] == [20, 40, 80]
+    assert all(r["status"] == 200 for r in data["stall"]["ctxproxy"].values())
+    assert data["memory"]["ctxproxy"]["rss_after_mb"] > 0
 
 
 def test_scaling_runs_on_a_short_session(tmp_path: Path) -> None:

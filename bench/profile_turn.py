@@ -1,0 +1,121 @@
+"""Where a chat request's time goes: N continuing turns through the app in process, profiled.
+
+The upstream is an httpx MockTransport answering at once; work the route sends to the thread
+pool runs inline here, so that one profile shows all of it. Run from the repository root:
+python -m bench.profile_turn [--turns 300] [--messages 20 --tokens 8000] [--kind new]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import common as c
+
+
+def settings_for(db: Path) -> Any:
+    from proxy.settings import Settings
+
+    return Settings(
+        database_url=f"sqlite:///{db}",
+        upstreams=[
+            {
+                "name": "bench",
+                "kind": "openai",
+                "base_url": "http://upstream.test/v1",
+                "context_window": c.BIG_WINDOW,
+            }
+        ],
+        log_level="warning",
+    )
+
+
+def mock_upstream() -> httpx.MockTransport:
+    message = {"role": "assistant", "content": "".join(c.WORDS_OUT)}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        answer = c._completion(message, len(request.content) // 4)  # as the bench upstream
+        return httpx.Response(200, content=answer, headers={"content-type": "application/json"})
+
+    return httpx.MockTransport(handle)
+
+
+def inline_threadpool() -> None:
+    async def inline(func: Any, *args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    import proxy.exchange as ex
+
+    for mod in (ex, sys.modules.get("proxy.deps"), sys.modules.get("proxy.offloop")):
+        if mod is not None and hasattr(mod, "run_in_threadpool"):
+            mod.run_in_threadpool = inline
+
+
+async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool) -> float:
+    from proxy.app import create_app
+
+    history = c.history_for_tokens(messages, tokens)
+    with tempfile.TemporaryDirectory() as tmp:
+        app = create_app(settings_for(Path(tmp) / "p.db"), transport=mock_upstream())
+        inline_threadpool()
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            local = "http://127.0.0.1"
+            async with httpx.AsyncClient(transport=transport, base_url=local) as client:
+                base = {"model": c.MODEL, "messages": history}
+                await client.post("/v1/chat/completions", json=base)
+                answer = {"role": "assistant", "content": "".join(c.WORDS_OUT)}
+
+                def body(i: int) -> bytes:
+                    if kind == "new":
+                        msgs = list(history)
+                        msgs[1] = {"role": "user", "content": f"{c.TASK} ({i})"}
+                    else:
+                        nxt = {"role": "user", "content": f"next {i}"}
+                        msgs = [*history, answer, nxt]
+                    return json.dumps({"model": c.MODEL, "messages": msgs}).encode()
+
+                bodies = [body(i) for i in range(turns + 20)]
+                headers = {"content-type": "application/json"}
+                for b in bodies[:20]:
+                    await client.post("/v1/chat/completions", content=b, headers=headers)
+                prof = None
+                if profile:
+                    from pyinstrument import Profiler
+
+                    prof = Profiler(interval=0.0005, async_mode="disabled")
+                    prof.start()
+                t0 = time.perf_counter()
+                for b in bodies[20:]:
+                    r = await client.post("/v1/chat/completions", content=b, headers=headers)
+                    assert r.status_code == 200, r.text
+                elapsed = time.perf_counter() - t0
+                if prof is not None:
+                    prof.stop()
+                    print(prof.output_text(unicode=False, color=False, show_all=False))
+                return elapsed / turns * 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.profile_turn", description=__doc__)
+    ap.add_argument("--turns", type=int, default=300)
+    ap.add_argument("--messages", type=int, default=20)
+    ap.add_argument("--tokens", type=int, default=8000)
+    ap.add_argument("--kind", choices=["continuing", "new"], default="continuing")
+    ap.add_argument("--no-profile", action="store_true", help="time only")
+    args = ap.parse_args(argv)
+    ms = asyncio.run(drive(args.turns, args.messages, args.tokens, args.kind, not args.no_profile))
+    print(f"{args.kind}, {args.messages} messages ~{args.tokens:,} tokens: {ms:.2f} ms per request")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
