@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Table, bindparam, delete, exists, insert, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import history, liveness, reads, states
-from proxy.store.engine import Executor, Writer, dialect_of, insert_ignore, make_engine, statement
+from proxy.store import history, liveness, reads, states, writes
+from proxy.store.engine import Writer, insert_ignore, make_engine
 from proxy.store.models import (
     CompiledRef,
     EntryRow,
     ExchangeRow,
-    MessageRow,
     SessionRow,
     ViewStateRow,
     utcnow,
@@ -104,7 +101,7 @@ class Store:
         if not messages:
             raise ValueError("a request needs at least one message")
         raw = hashes if hashes is not None else hash_messages(messages)
-        view, rewritten = _compiled_view(messages, raw, compiled)
+        view, rewritten = writes.compiled_view(messages, raw, compiled)
         params = {k: v for k, v in request.items() if k != "messages"}
 
         chain = history.prefix_chain(raw)
@@ -112,7 +109,7 @@ class Store:
 
         def work(conn: Connection) -> RequestRef:
             now = utcnow()
-            seq = _next_seq(conn, session_id, source, model, now, key_id)
+            seq = writes.next_seq(conn, session_id, source, model, now, key_id)
             leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
             added += before
             row = {
@@ -136,10 +133,10 @@ class Store:
                 "key_id": key_id,
                 "owner": self.instance,
             }
-            exchange_id = conn.execute(_insert_exchange(), row).scalar_one()
-            _keep_rewritten(conn, exchange_id, rewritten, now)
+            exchange_id = conn.execute(writes.insert_exchange(), row).scalar_one()
+            writes.keep_rewritten(conn, exchange_id, rewritten, now)
             if decided is not None:
-                _keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
+                writes.keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
             return RequestRef(session_id, seq, exchange_id, leaf, added, len(raw) - 1, chain[-1])
 
         return self._writer.run_core(work)
@@ -206,14 +203,14 @@ class Store:
         decided: states.Decisions | None = None,
     ) -> None:
         """A retry sent another view (an upstream overflow healed): record that one instead."""
-        view, rewritten = _compiled_view(messages, hash_messages(messages), compiled)
+        view, rewritten = writes.compiled_view(messages, hash_messages(messages), compiled)
 
         def work(s: Session) -> None:
             now = utcnow()
-            _keep_rewritten(s, ref.exchange_id, rewritten, now)
+            writes.keep_rewritten(s, ref.exchange_id, rewritten, now)
             s.execute(delete(ViewStateRow).where(ViewStateRow.exchange_id == ref.exchange_id))
             if decided is not None:
-                _keep_state(
+                writes.keep_state(
                     s, ref.exchange_id, ref.session_id, ref.leaf_entry_id, decided, rewritten, now
                 )
             s.execute(
@@ -254,7 +251,7 @@ class Store:
 
         def work(conn: Connection) -> None:
             now = utcnow()
-            if conn.execute(_exchange_exists(), {"xid": ref.exchange_id}).first() is None:
+            if conn.execute(writes.exchange_exists(), {"xid": ref.exchange_id}).first() is None:
                 log.info(
                     "store: session %s was deleted before exchange %d finished",
                     ref.session_id,
@@ -264,7 +261,7 @@ class Store:
             entry_id = None
             if response is not None and answer is not None:
                 history.store_messages(conn, {answer: response}, now)
-                position, prefix = _leaf_of(conn, ref)
+                position, prefix = writes.leaf_of(conn, ref)
                 entry_id, _ = history.append(
                     conn,
                     ref.session_id,
@@ -290,10 +287,10 @@ class Store:
                 "choices": choices,
                 "recalls": recalls,
                 "progress": None,
-                **_usage_columns(sent_usage or usage),
+                **writes.usage_columns(sent_usage or usage),
             }
-            conn.execute(_finish_exchange(), values)
-            conn.execute(_touch_session(), {"sid": ref.session_id, "updated_at": now})
+            conn.execute(writes.finish_exchange(), values)
+            conn.execute(writes.touch_session(), {"sid": ref.session_id, "updated_at": now})
 
         self._writer.run_core(work)
 
@@ -374,7 +371,7 @@ class Store:
             s.execute(delete(ExchangeRow).where(ExchangeRow.session_id == session_id))
             s.execute(delete(EntryRow).where(EntryRow.session_id == session_id))
             s.execute(delete(SessionRow).where(SessionRow.id == session_id))
-            _collect_garbage(s, sorted(hashes))
+            writes.collect_garbage(s, sorted(hashes))
             return True
 
         return self._writer.run(work)
@@ -439,169 +436,5 @@ class Store:
         return self._read(reads.stats)
 
 
-def _next_seq(
-    s: Session | Connection,
-    session_id: str,
-    source: str,
-    model: str,
-    now: Any,
-    key_id: str | None,
-) -> int:
-    name = dialect_of(s)
-    if name in ("sqlite", "postgresql"):
-        # One statement: insert the session or, when it exists, take its next number. The
-        # update row-locks the session until commit, so concurrent requests take turns.
-        row = {
-            "id": session_id,
-            "key_id": key_id,
-            "created_at": now,
-            "updated_at": now,
-            "source": source,
-            "model": model,
-            "last_seq": 1,
-        }
-        return s.execute(_upsert_session(name), row).scalar_one()
-    row = {
-        "id": session_id,
-        "key_id": key_id,
-        "created_at": now,
-        "updated_at": now,
-        "source": source,
-        "model": model,
-        "last_seq": 0,
-    }
-    insert_ignore(s, SessionRow, [row])
-    # The UPDATE row-locks the session until commit, so concurrent requests (any process)
-    # take turns here and each gets the next number.
-    s.execute(
-        update(SessionRow)
-        .where(SessionRow.id == session_id)
-        .values(last_seq=SessionRow.last_seq + 1, updated_at=now, model=model)
-    )
-    return s.execute(select(SessionRow.last_seq).where(SessionRow.id == session_id)).scalar_one()
-
-
-def _usage_columns(usage: dict[str, Any] | None) -> dict[str, int | None]:
-    usage = usage if isinstance(usage, dict) else {}
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-
-    def num(v: Any) -> int | None:
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-    return {
-        "prompt_tokens": num(usage.get("prompt_tokens")),
-        "completion_tokens": num(usage.get("completion_tokens")),
-        "cached_tokens": num(cached),
-    }
-
-
-def _collect_garbage(s: Session, candidates: list[str]) -> None:
-    for chunk in history.chunks(candidates):
-        s.execute(
-            delete(MessageRow).where(
-                MessageRow.hash.in_(chunk),
-                ~exists().where(EntryRow.message_hash == MessageRow.hash),
-                ~exists().where(CompiledRef.message_hash == MessageRow.hash),
-                ~exists().where(ExchangeRow.response_hash == MessageRow.hash),
-            )
-        )
-
-
 def hash_messages(messages: list[dict[str, Any]]) -> history.Hashes:
     return history.Hashes(message_hash(m) for m in messages)
-
-
-def _leaf_of(conn: Connection, ref: RequestRef) -> tuple[int, str]:
-    """The position and prefix hash of the request's last entry (known since it was stored)."""
-    if ref.leaf_position is not None and ref.leaf_prefix is not None:
-        return ref.leaf_position, ref.leaf_prefix
-    e = EntryRow.__table__.c
-    found = conn.execute(select(e.position, e.prefix_hash).where(e.id == ref.leaf_entry_id)).one()
-    return found[0], found[1]
-
-
-def _table(model: type[Any]) -> Table:
-    return cast(Table, model.__table__)
-
-
-def _insert_exchange() -> Any:
-    t = _table(ExchangeRow)
-    return statement("insert", t, "any", lambda: insert(t).returning(t.c.id))
-
-
-def _exchange_exists() -> Any:
-    t = _table(ExchangeRow)
-    return statement("exists", t, "any", lambda: select(t.c.id).where(t.c.id == bindparam("xid")))
-
-
-def _finish_exchange() -> Any:
-    # No values(): the SET clause is whatever columns the parameters name.
-    t = _table(ExchangeRow)
-    return statement("finish", t, "any", lambda: update(t).where(t.c.id == bindparam("xid")))
-
-
-def _touch_session() -> Any:
-    t = _table(SessionRow)
-    return statement("touch", t, "any", lambda: update(t).where(t.c.id == bindparam("sid")))
-
-
-def _upsert_session(dialect: str) -> Any:
-    t = _table(SessionRow)
-
-    def build() -> Any:
-        ins = (sqlite if dialect == "sqlite" else postgresql).insert(t)
-        return ins.on_conflict_do_update(
-            index_elements=[t.c.id],
-            set_={
-                "last_seq": t.c.last_seq + 1,
-                "updated_at": ins.excluded.updated_at,
-                "model": ins.excluded.model,
-            },
-        ).returning(t.c.last_seq)
-
-    return statement("upsert", t, dialect, build)
-
-
-def _keep_state(
-    s: Executor,
-    exchange_id: int,
-    session_id: str,
-    entry_id: int,
-    decided: states.Decisions,
-    rewritten: dict[str, dict[str, Any]],
-    now: Any,
-) -> None:
-    by_id = {id(m): h for h, m in rewritten.items()}
-
-    def hash_of(msg: dict[str, Any]) -> str:
-        return by_id.get(id(msg)) or message_hash(msg)
-
-    t = _table(ViewStateRow)
-    s.execute(
-        statement("insert", t, "any", lambda: insert(t)),
-        states.row(exchange_id, session_id, entry_id, decided, hash_of, now),
-    )
-
-
-def _compiled_view(
-    messages: list[dict[str, Any]], raw: list[str], compiled: list[dict[str, Any]]
-) -> tuple[list[Any], dict[str, dict[str, Any]]]:
-    """The view encoded against the raw history, and the messages a strategy rewrote."""
-    if len(compiled) == len(messages) and all(map(operator.is_, compiled, messages)):
-        return ([[0, len(messages)]] if messages else []), {}  # nothing was compacted
-    # The compiler passes untouched messages through as the same objects: hash only the rest.
-    hashed = {id(m): h for m, h in zip(messages, raw, strict=True)}
-    view_hashes = [hashed.get(id(m)) or message_hash(m) for m in compiled]
-    known = set(raw)
-    rewritten = {h: m for h, m in zip(view_hashes, compiled, strict=True) if h not in known}
-    return history.encode_view(raw, view_hashes), rewritten
-
-
-def _keep_rewritten(
-    s: Executor, exchange_id: int, rewritten: dict[str, dict[str, Any]], now: Any
-) -> None:
-    """Store the rewritten messages and mark them used by the exchange (deletes check this)."""
-    history.store_messages(s, rewritten, now)
-    rows = [{"exchange_id": exchange_id, "message_hash": h} for h in sorted(rewritten)]
-    insert_ignore(s, CompiledRef, rows)

@@ -1,0 +1,190 @@
+"""The statements and row helpers behind Store's writes: built once, run inside its
+transactions."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, bindparam, delete, exists, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from proxy.store import history, states
+from proxy.store.engine import Executor, dialect_of, insert_ignore, statement
+from proxy.store.models import (
+    CompiledRef,
+    EntryRow,
+    ExchangeRow,
+    MessageRow,
+    SessionRow,
+    ViewStateRow,
+)
+from proxy.store.views import (
+    RequestRef,
+)
+from strategies.base import message_hash
+
+
+def next_seq(
+    s: Session | Connection,
+    session_id: str,
+    source: str,
+    model: str,
+    now: Any,
+    key_id: str | None,
+) -> int:
+    name = dialect_of(s)
+    if name in ("sqlite", "postgresql"):
+        # One statement: insert the session or, when it exists, take its next number. The
+        # update row-locks the session until commit, so concurrent requests take turns.
+        row = {
+            "id": session_id,
+            "key_id": key_id,
+            "created_at": now,
+            "updated_at": now,
+            "source": source,
+            "model": model,
+            "last_seq": 1,
+        }
+        return s.execute(upsert_session(name), row).scalar_one()
+    row = {
+        "id": session_id,
+        "key_id": key_id,
+        "created_at": now,
+        "updated_at": now,
+        "source": source,
+        "model": model,
+        "last_seq": 0,
+    }
+    insert_ignore(s, SessionRow, [row])
+    # The UPDATE row-locks the session until commit, so concurrent requests (any process)
+    # take turns here and each gets the next number.
+    s.execute(
+        update(SessionRow)
+        .where(SessionRow.id == session_id)
+        .values(last_seq=SessionRow.last_seq + 1, updated_at=now, model=model)
+    )
+    return s.execute(select(SessionRow.last_seq).where(SessionRow.id == session_id)).scalar_one()
+
+
+def usage_columns(usage: dict[str, Any] | None) -> dict[str, int | None]:
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+
+    def num(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return {
+        "prompt_tokens": num(usage.get("prompt_tokens")),
+        "completion_tokens": num(usage.get("completion_tokens")),
+        "cached_tokens": num(cached),
+    }
+
+
+def collect_garbage(s: Session, candidates: list[str]) -> None:
+    for chunk in history.chunks(candidates):
+        s.execute(
+            delete(MessageRow).where(
+                MessageRow.hash.in_(chunk),
+                ~exists().where(EntryRow.message_hash == MessageRow.hash),
+                ~exists().where(CompiledRef.message_hash == MessageRow.hash),
+                ~exists().where(ExchangeRow.response_hash == MessageRow.hash),
+            )
+        )
+
+
+def leaf_of(conn: Connection, ref: RequestRef) -> tuple[int, str]:
+    """The position and prefix hash of the request's last entry (known since it was stored)."""
+    if ref.leaf_position is not None and ref.leaf_prefix is not None:
+        return ref.leaf_position, ref.leaf_prefix
+    e = EntryRow.__table__.c
+    found = conn.execute(select(e.position, e.prefix_hash).where(e.id == ref.leaf_entry_id)).one()
+    return found[0], found[1]
+
+
+def table(model: type[Any]) -> Table:
+    return cast(Table, model.__table__)
+
+
+def insert_exchange() -> Any:
+    t = table(ExchangeRow)
+    return statement("insert", t, "any", lambda: insert(t).returning(t.c.id))
+
+
+def exchange_exists() -> Any:
+    t = table(ExchangeRow)
+    return statement("exists", t, "any", lambda: select(t.c.id).where(t.c.id == bindparam("xid")))
+
+
+def finish_exchange() -> Any:
+    # No values(): the SET clause is whatever columns the parameters name.
+    t = table(ExchangeRow)
+    return statement("finish", t, "any", lambda: update(t).where(t.c.id == bindparam("xid")))
+
+
+def touch_session() -> Any:
+    t = table(SessionRow)
+    return statement("touch", t, "any", lambda: update(t).where(t.c.id == bindparam("sid")))
+
+
+def upsert_session(dialect: str) -> Any:
+    t = table(SessionRow)
+
+    def build() -> Any:
+        ins = (sqlite if dialect == "sqlite" else postgresql).insert(t)
+        return ins.on_conflict_do_update(
+            index_elements=[t.c.id],
+            set_={
+                "last_seq": t.c.last_seq + 1,
+                "updated_at": ins.excluded.updated_at,
+                "model": ins.excluded.model,
+            },
+        ).returning(t.c.last_seq)
+
+    return statement("upsert", t, dialect, build)
+
+
+def keep_state(
+    s: Executor,
+    exchange_id: int,
+    session_id: str,
+    entry_id: int,
+    decided: states.Decisions,
+    rewritten: dict[str, dict[str, Any]],
+    now: Any,
+) -> None:
+    by_id = {id(m): h for h, m in rewritten.items()}
+
+    def hash_of(msg: dict[str, Any]) -> str:
+        return by_id.get(id(msg)) or message_hash(msg)
+
+    t = table(ViewStateRow)
+    s.execute(
+        statement("insert", t, "any", lambda: insert(t)),
+        states.row(exchange_id, session_id, entry_id, decided, hash_of, now),
+    )
+
+
+def compiled_view(
+    messages: list[dict[str, Any]], raw: list[str], compiled: list[dict[str, Any]]
+) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    """The view encoded against the raw history, and the messages a strategy rewrote."""
+    if len(compiled) == len(messages) and all(map(operator.is_, compiled, messages)):
+        return ([[0, len(messages)]] if messages else []), {}  # nothing was compacted
+    # The compiler passes untouched messages through as the same objects: hash only the rest.
+    hashed = {id(m): h for m, h in zip(messages, raw, strict=True)}
+    view_hashes = [hashed.get(id(m)) or message_hash(m) for m in compiled]
+    known = set(raw)
+    rewritten = {h: m for h, m in zip(view_hashes, compiled, strict=True) if h not in known}
+    return history.encode_view(raw, view_hashes), rewritten
+
+
+def keep_rewritten(
+    s: Executor, exchange_id: int, rewritten: dict[str, dict[str, Any]], now: Any
+) -> None:
+    """Store the rewritten messages and mark them used by the exchange (deletes check this)."""
+    history.store_messages(s, rewritten, now)
+    rows = [{"exchange_id": exchange_id, "message_hash": h} for h in sorted(rewritten)]
+    insert_ignore(s, CompiledRef, rows)
