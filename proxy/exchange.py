@@ -74,7 +74,7 @@ async def run(
     try:
         compiled = await turn.fit(upstream, counted, window, factor)
     except ContextLengthExceeded as exc:
-        await turn.record(key, body, upstream.name, None, refused=exc)
+        await turn.record(key, body, upstream.name, None, refused=exc, counted=counted)
         await turn.finish(status=exc.status, error=exc.body()["error"])
         raise
     await turn.record(key, body, upstream.name, compiled)
@@ -324,14 +324,15 @@ class Turn:
         upstream: str,
         compiled: Compiled | None,
         refused: ContextLengthExceeded | None = None,
+        counted: dict[str, Any] | None = None,
     ) -> None:
         self.sent, self.messages = compiled, body["messages"]
         self.stream = bool(body.get("stream"))
         if refused is not None:  # nothing is sent; keep what it needed against which budget
             counter = self.services.counter.corrected(self.factor)
             settings = self.services.settings.compaction
-            whole = await run_in_threadpool(
-                compile_request, body, window=None, settings=settings, counter=counter
+            whole = await run_in_threadpool(  # counted as the refusal was: tools it reserved too
+                compile_request, counted or body, window=None, settings=settings, counter=counter
             )
             compiled = Compiled(
                 [], whole.tokens_original, refused.needed, refused.budget, refused.window

@@ -54,8 +54,9 @@ def agent_loop(post: Callable[..., httpx.Response], session: str, turns: int) ->
 
 
 def small_window(settings_for: Callable[..., Settings], upstream_url: str, **more: Any) -> Settings:
+    # 8,000 tokens, less the 133 the budget keeps for the recall tool's definition.
     return settings_for(
-        upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 8000}], **more
+        upstreams=[{"name": "scripted", "base_url": upstream_url, "context_window": 8133}], **more
     )
 
 
