@@ -94,6 +94,11 @@ def original_ref(msg: Message) -> str:
     return f"/messages/{message_hash(msg)[:16]}"
 
 
+def recall_ref(msg: Message) -> str:
+    """What a placeholder ends with: the original's ref, and the tool that gets it back."""
+    return f"ctxproxy_recall original: {original_ref(msg)}"
+
+
 # --- message helpers ---------------------------------------------------------------------
 
 

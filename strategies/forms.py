@@ -10,7 +10,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from strategies.base import Message, canonical_json, original_ref, text_of, tool_calls, with_content
+from strategies.base import Message, canonical_json, recall_ref, text_of, tool_calls, with_content
 from strategies.elide import render
 from strategies.evidence import evidence, ranked
 
@@ -20,7 +20,7 @@ EXCERPT_LINES = 8
 EXCERPT_CHARS = 600
 ARG_CHARS = 40
 USER_HEAD_CHARS = 300  # a folded user message keeps its first lines up to this length
-_NOTE = "[Truncated — 00,000 chars removed; original: /messages/0123456789abcdef]"
+_NOTE = "[Truncated — 00,000 chars removed; ctxproxy_recall original: /messages/0123456789abcdef]"
 _SHORTENED = re.compile(r"…\[\+[\d,]+ chars\]$")
 
 
@@ -46,7 +46,7 @@ def folded_output(msg: Message, name: str, *, keep_evidence: bool = False) -> Me
     note = f", {len(kept)} evidence {'line' if len(kept) == 1 else 'lines'} kept" if kept else ""
     header = (
         f"[Output of tool '{name}' folded: {chars:,} chars, {lines:,} "
-        f"{'line' if lines == 1 else 'lines'}{note}; original: {original_ref(msg)}]"
+        f"{'line' if lines == 1 else 'lines'}{note}; {recall_ref(msg)}]"
     )
     return with_content(msg, "\n".join((header, *kept)))
 
@@ -62,7 +62,7 @@ def folded_user(msg: Message, *, min_chars: int) -> Message | None:
     note = f", {len(kept)} evidence {'line' if len(kept) == 1 else 'lines'} kept" if kept else ""
     header = (
         f"[User message folded: {len(text):,} chars, {lines:,} "
-        f"{'line' if lines == 1 else 'lines'}{note}; original: {original_ref(msg)}]"
+        f"{'line' if lines == 1 else 'lines'}{note}; {recall_ref(msg)}]"
     )
     # The user's own words usually come first, before what they pasted.
     head = text[:USER_HEAD_CHARS].rsplit("\n", 1)[0] if "\n" in text[:USER_HEAD_CHARS] else ""
@@ -95,9 +95,7 @@ def folded_text(msg: Message) -> Message | None:
     size = _size(msg)
     if msg.get("role") != "assistant" or size is None:
         return None
-    return with_content(
-        msg, f"[Assistant text folded: {size[0]:,} chars; original: {original_ref(msg)}]"
-    )
+    return with_content(msg, f"[Assistant text folded: {size[0]:,} chars; {recall_ref(msg)}]")
 
 
 def truncated(msg: Message, head_chars: int) -> Message | None:
@@ -108,7 +106,7 @@ def truncated(msg: Message, head_chars: int) -> Message | None:
     body, removed = _truncate(text, head_chars)
     if len(body) + len(_NOTE) > 0.9 * len(text):
         return None  # would not pay for itself; skip hashing the original for the marker
-    note = f"[Truncated — {removed:,} chars removed; original: {original_ref(msg)}]"
+    note = f"[Truncated — {removed:,} chars removed; {recall_ref(msg)}]"
     return with_content(msg, f"{body}\n{note}")
 
 

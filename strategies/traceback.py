@@ -10,7 +10,7 @@ from strategies.base import (
     compact_until,
     iterations,
     old_indexes,
-    original_ref,
+    recall_ref,
     register,
     text_of,
     tool_names,
@@ -37,7 +37,7 @@ def elided(msg: Message, name: str, *, min_chars: int, head: int, tail: int) -> 
     what = "User message" if msg.get("role") == "user" else f"Output of tool '{name}'"
     header = (
         f"[{what} elided: kept {kept:,} of {total:,} lines "
-        f"({len(text):,} chars in full); original: {original_ref(msg)}]"
+        f"({len(text):,} chars in full); {recall_ref(msg)}]"
     )
     return with_content(msg, f"{header}\n{body}")
 

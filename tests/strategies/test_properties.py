@@ -105,8 +105,9 @@ PIPELINES = [
 
 
 def most_compact(msgs: list[dict]) -> int:
-    """A lower bound of what cannot go: the prompts as sent, and the task, the latest user
-    message and the latest turn's tool outputs at their smallest (evidence) forms."""
+    """A lower bound of what cannot go: the prompts and the latest turn's assistant message as
+    sent, and the task, the latest user message and the latest turn's tool outputs at their
+    smallest (evidence) forms."""
     last = final_turn(msgs)
     users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
     keep = {i for i, m in enumerate(msgs) if m.get("role") in PROMPT_ROLES}
@@ -123,7 +124,13 @@ def most_compact(msgs: list[dict]) -> int:
         ]
         return min(COUNTER.count_message(f) for f in forms if f is not None)
 
-    total = sum(smallest(msgs[i]) for i in sorted(keep))
+    def least(i: int) -> int:
+        # The latest turn's assistant message stays as sent (kept_in_latest): no skeleton.
+        if i >= len(msgs) - last and msgs[i].get("role") == "assistant":
+            return COUNTER.count_message(msgs[i])
+        return smallest(msgs[i])
+
+    total = sum(least(i) for i in sorted(keep))
     if len(users) > 1 and users[-1] > users[0] + 1 and msgs[users[0] + 1]["role"] != "user":
         # Roles keep alternating as sent: one step between the task and the latest user
         # message stays, whatever it costs.

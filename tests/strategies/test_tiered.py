@@ -71,7 +71,8 @@ def test_phase_one_keeps_head_and_the_final_exception_line():
         len(line) + 1 for line in text.split("\n")[:-1] if not line.startswith("[…")
     )
     assert text.split("\n")[-1] == (
-        f"[Truncated — {removed:,} chars removed; original: /messages/{message_hash(msg)[:16]}]"
+        f"[Truncated — {removed:,} chars removed; "
+        f"ctxproxy_recall original: /messages/{message_hash(msg)[:16]}]"
     )
 
 
@@ -108,7 +109,9 @@ def test_skeleton_keeps_names_and_ids_and_valid_json_arguments():
     }
     out = skeleton(msg)
     assert out is not None
-    assert out["content"].startswith("[Assistant text folded: 280 chars; original: /messages/")
+    assert out["content"].startswith(
+        "[Assistant text folded: 280 chars; ctxproxy_recall original: /messages/"
+    )
     call = out["tool_calls"][0]
     assert call["id"] == "call_9" and call["function"]["name"] == "write_file"
     short = json.loads(call["function"]["arguments"])
