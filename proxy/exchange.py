@@ -209,16 +209,17 @@ class Turn:
 
     async def settle(self, r: httpx.Response) -> bytes:
         """Close the record of a whole JSON answer; recall calls in it are answered first."""
+        data = answer_json(r)
         if self.rounds is not None and r.status_code < 400:
             try:
-                data = await self.rounds.settle(r)
+                final = await self.rounds.settle(data)
             except ProxyError as exc:
                 await self.finish(status=exc.status, error=exc.body()["error"])
                 raise
-            if data is not None:
-                await self.finish_from_data(r.status_code, data)
-                return rounds.dumps(data)
-        await self.finish_from_json(r)
+            if final is not None:
+                await self.finish_from_data(r.status_code, final)
+                return rounds.dumps(final)
+        await self.finish_from_data(r.status_code, data)
         return r.content
 
     def decisions(self, compiled: Compiled) -> Decisions | None:
@@ -393,13 +394,6 @@ class Turn:
         )
         observe.exchange_finished(self, status, now, first, response, partial, error)
 
-    async def finish_from_json(self, r: httpx.Response) -> None:
-        try:
-            data = r.json()
-        except ValueError:
-            data = None
-        await self.finish_from_data(r.status_code, data if isinstance(data, dict) else {})
-
     async def finish_from_data(self, status: int, data: dict[str, Any]) -> None:
         choices = data.get("choices") or [{}]
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
@@ -412,6 +406,15 @@ class Turn:
             error=error if isinstance(error, dict) else None,
             choices=others or None,
         )
+
+
+def answer_json(r: httpx.Response) -> dict[str, Any]:
+    """A read answer's JSON object, or {} when it is not one."""
+    try:
+        data = r.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def compilation_headers(compiled: Compiled) -> dict[str, str]:

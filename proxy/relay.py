@@ -69,26 +69,36 @@ async def _round(
     rounds: Any,
 ) -> AsyncIterator[bytes]:
     """One upstream stream's events, as the client gets them."""
-    held = b""
-    async with aclosing(up.relay_parts(r, upstream)) as parts:
-        async for part in parts:
-            if isinstance(part, ProxyError):  # an event it cut off is dropped
-                answer.error = part.body()["error"]
-                yield sse_error(part)
+    async with aclosing(whole_events(r, upstream)) as events:
+        async for ready in events:
+            if isinstance(ready, ProxyError):  # an event it cut off is dropped
+                answer.error = ready.body()["error"]
+                yield sse_error(ready)
                 return
-            held += part
-            cut = sse_end(held)
-            ready, held = held[:cut], held[cut:]
-            if filt is not None and ready:
+            if filt is not None:
                 ready = filt.feed(ready, rounds.more)
             if ready:
                 yield await _relayed(ready, answer, progress, upstream)
             if answer.malformed is not None:
                 return
-    if held:  # the last event, without its blank line
-        yield await _relayed(
-            filt.feed(held, rounds.more) if filt else held, answer, progress, upstream
-        )
+
+
+async def whole_events(r: httpx.Response, upstream: Any) -> AsyncIterator[bytes | ProxyError]:
+    """The upstream's events, whole, as each ends; at the stream's end what is left (the last
+    event without its blank line); or, instead of the event it cut off, the error that ended
+    the stream early."""
+    held = b""
+    async with aclosing(up.relay_parts(r, upstream)) as parts:
+        async for part in parts:
+            if isinstance(part, ProxyError):
+                yield part
+                return
+            held += part
+            if cut := sse_end(held):
+                ready, held = held[:cut], held[cut:]
+                yield ready
+    if held:
+        yield held
 
 
 async def _relayed(

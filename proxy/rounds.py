@@ -121,10 +121,9 @@ class Rounds:
                 rec["upstream_ms"] = round((time.monotonic() - started) * 1000, 2)
         return r
 
-    async def settle(self, r: httpx.Response) -> dict[str, Any] | None:
-        """A non-streamed answer with every recall call answered: the final answer for the
-        client, or None when the first answer called no recall (relay it untouched)."""
-        data = r.json()
+    async def settle(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        """A non-streamed answer (`data`) with every recall call answered: the
+        final answer for the client, or None when it called no recall (relay it untouched)."""
         if not split(_message(data))[0]:
             return None
         while True:

@@ -166,15 +166,7 @@ class Store:
 
             def work(conn: Connection, done: int = done) -> tuple[int, int]:
                 now = utcnow()
-                session = {
-                    "id": session_id,
-                    "key_id": key_id,
-                    "created_at": now,
-                    "updated_at": now,
-                    "source": source,
-                    "model": model,
-                    "last_seq": 0,
-                }
+                session = writes.session_row(session_id, source, model, now, key_id)
                 insert_ignore(conn, SessionRow, [session])
                 new = 0
                 while done + AHEAD < last:

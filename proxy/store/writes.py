@@ -26,6 +26,21 @@ from proxy.store.views import (
 from strategies.base import message_hash
 
 
+def session_row(
+    session_id: str, source: str, model: str, now: Any, key_id: str | None, last_seq: int = 0
+) -> dict[str, Any]:
+    """A new session's row, as every insert of one writes it."""
+    return {
+        "id": session_id,
+        "key_id": key_id,
+        "created_at": now,
+        "updated_at": now,
+        "source": source,
+        "model": model,
+        "last_seq": last_seq,
+    }
+
+
 def next_seq(
     s: Session | Connection,
     session_id: str,
@@ -38,25 +53,9 @@ def next_seq(
     if name in ("sqlite", "postgresql"):
         # One statement: insert the session or, when it exists, take its next number. The
         # update row-locks the session until commit, so concurrent requests take turns.
-        row = {
-            "id": session_id,
-            "key_id": key_id,
-            "created_at": now,
-            "updated_at": now,
-            "source": source,
-            "model": model,
-            "last_seq": 1,
-        }
+        row = session_row(session_id, source, model, now, key_id, last_seq=1)
         return s.execute(upsert_session(name), row).scalar_one()
-    row = {
-        "id": session_id,
-        "key_id": key_id,
-        "created_at": now,
-        "updated_at": now,
-        "source": source,
-        "model": model,
-        "last_seq": 0,
-    }
+    row = session_row(session_id, source, model, now, key_id)
     insert_ignore(s, SessionRow, [row])
     # The UPDATE row-locks the session until commit, so concurrent requests (any process)
     # take turns here and each gets the next number.

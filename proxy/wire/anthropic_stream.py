@@ -10,7 +10,7 @@ from typing import Any
 
 from proxy.errors import ProxyError
 from proxy.wire import anthropic
-from proxy.wire.events import Reader, event, loads
+from proxy.wire.events import ChatTranslation, Reader, event, loads
 
 
 def error_event(exc: ProxyError) -> bytes:
@@ -21,21 +21,11 @@ async def translate(
     chat: AsyncIterator[bytes], model: str, estimate: int, conversion: Any = None
 ) -> AsyncIterator[bytes]:
     """Messages events for the chat stream `chat` (as Turn.relay yields it, recorded there)."""
-    out = _Translation(model, estimate)
-    reader = Reader()
-    yield out.start()
-    async for chunk in chat:
-        for _, data in reader.feed(chunk):
-            if piece := out.data(data):
-                yield piece
-    for _, data in reader.close():
-        if piece := out.data(data):
-            yield piece
-    if not out.ended:
-        yield out.end()
+    async for piece in _Translation(model, estimate).translate(chat):
+        yield piece
 
 
-class _Translation:
+class _Translation(ChatTranslation):
     def __init__(self, model: str, estimate: int) -> None:
         self.model, self.estimate = model, estimate
         self.index = -1
@@ -59,26 +49,12 @@ class _Translation:
             "ping", {"type": "ping"}
         )
 
-    def data(self, data: str) -> bytes:
-        if self.ended:
-            return b""
-        if data.strip() == "[DONE]":
-            return self.end()
-        chunk = loads(data) or {}
-        if isinstance(chunk.get("error"), dict):
-            self.ended = True
-            err = chunk["error"]
-            body = anthropic.error_body(_status(err), str(err.get("message", err)))
-            return self._close() + event("error", body)
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        out = b""
-        for choice in chunk.get("choices") or []:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                out += self._choice(choice)
-        return out
+    def fail(self, err: dict[str, Any]) -> bytes:
+        self.ended = True
+        body = anthropic.error_body(_status(err), str(err.get("message", err)))
+        return self._close() + event("error", body)
 
-    def _choice(self, choice: dict[str, Any]) -> bytes:
+    def choice(self, choice: dict[str, Any]) -> bytes:
         self.stop = choice.get("finish_reason") or self.stop
         delta = choice.get("delta") or {}
         out = b""

@@ -12,9 +12,8 @@ from typing import Any, Protocol
 import anyio
 import httpx
 
-from proxy import upstream as up
 from proxy.errors import ProxyError, UpstreamInvalid
-from proxy.relay import sse_end
+from proxy.relay import whole_events
 
 
 def event(name: str, data: dict[str, Any]) -> bytes:
@@ -58,6 +57,55 @@ def loads(data: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+class ChatTranslation:
+    """A chat-completions stream read event by event and written as another API's events:
+    subclasses say how it starts, what choice 0's deltas become, how it ends or fails."""
+
+    ended = False
+    usage: dict[str, Any] | None = None
+
+    async def translate(self, chat: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        reader = Reader()
+        yield self.start()
+        async for chunk in chat:
+            for _, data in reader.feed(chunk):
+                if piece := self.data(data):
+                    yield piece
+        for _, data in reader.close():
+            if piece := self.data(data):
+                yield piece
+        if not self.ended:
+            yield self.end()
+
+    def data(self, data: str) -> bytes:
+        if self.ended:
+            return b""
+        if data.strip() == "[DONE]":
+            return self.end()
+        chunk = loads(data) or {}
+        if isinstance(chunk.get("error"), dict):
+            return self.fail(chunk["error"])
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        return b"".join(
+            self.choice(c)
+            for c in chunk.get("choices") or []
+            if isinstance(c, dict) and c.get("index", 0) == 0
+        )
+
+    def start(self) -> bytes:
+        raise NotImplementedError
+
+    def choice(self, choice: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    def end(self) -> bytes:
+        raise NotImplementedError
+
+    def fail(self, err: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+
 class Assembler(Protocol):
     our_id: str  # the answer's id in ctxproxy's scheme, where the API's ids are ours
     done: bool
@@ -77,24 +125,19 @@ async def relay_native(
     error_event: Callable[[ProxyError], bytes],
 ) -> AsyncIterator[bytes]:
     """The upstream's own events as they come, whole; its answer recorded when they end."""
-    first, held = None, b""
+    first = None
     try:
-        async with aclosing(up.relay_parts(r, upstream)) as parts:
-            async for part in parts:
-                if isinstance(part, ProxyError):  # an event it cut off is dropped
-                    answer.error = part.body()["error"]
-                    yield error_event(part)
+        async with aclosing(whole_events(r, upstream)) as events:
+            async for ready in events:
+                if isinstance(ready, ProxyError):  # an event it cut off is dropped
+                    answer.error = ready.body()["error"]
+                    yield error_event(ready)
                     break
                 first = first or time.monotonic()
-                held += part
-                cut = sse_end(held)
-                ready, held = held[:cut], held[cut:]
-                if ready:
-                    answer.feed(ready)
-                    yield answer.renamed(ready)
-        if held and answer.error is None:
-            answer.feed(held + b"\n\n")
-            yield answer.renamed(held + b"\n\n")
+                if not ready.endswith((b"\n\n", b"\r\n\r\n")):  # the last, unended event
+                    ready += b"\n\n"
+                answer.feed(ready)
+                yield answer.renamed(ready)
         if not answer.done and answer.error is None:
             exc = UpstreamInvalid(f"Upstream '{upstream.name}' ended its stream unfinished")
             answer.error = exc.body()["error"]

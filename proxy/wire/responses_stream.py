@@ -10,7 +10,7 @@ from typing import Any
 
 from proxy.errors import ProxyError
 from proxy.wire import responses
-from proxy.wire.events import Reader, event, loads
+from proxy.wire.events import ChatTranslation, Reader, event, loads
 from proxy.wire.groups import Conversion
 
 
@@ -23,19 +23,12 @@ async def translate(
     chat: AsyncIterator[bytes], model: str, estimate: int, conversion: Conversion
 ) -> AsyncIterator[bytes]:
     """Responses events for the chat stream `chat` (as Turn.relay yields it, recorded there)."""
-    out = _Translation(responses.skeleton(conversion, model, "in_progress"))
-    reader = Reader()
-    yield out.start()
-    async for chunk in chat:
-        for _, data in reader.feed(chunk):
-            yield out.data(data)
-    for _, data in reader.close():
-        yield out.data(data)
-    if not out.ended:
-        yield out.end()
+    translation = _Translation(responses.skeleton(conversion, model, "in_progress"))
+    async for piece in translation.translate(chat):
+        yield piece
 
 
-class _Translation:
+class _Translation(ChatTranslation):
     def __init__(self, response: dict[str, Any]) -> None:
         self.response = response
         self.seq = 0
@@ -54,23 +47,7 @@ class _Translation:
             "response.in_progress", response=self.response
         )
 
-    def data(self, data: str) -> bytes:
-        if self.ended:
-            return b""
-        if data.strip() == "[DONE]":
-            return self.end()
-        chunk = loads(data) or {}
-        if isinstance(chunk.get("error"), dict):
-            return self._fail(chunk["error"])
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        out = b""
-        for choice in chunk.get("choices") or []:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                out += self._choice(choice)
-        return out
-
-    def _choice(self, choice: dict[str, Any]) -> bytes:
+    def choice(self, choice: dict[str, Any]) -> bytes:
         self.finish = choice.get("finish_reason") or self.finish
         delta, out = choice.get("delta") or {}, b""
         if isinstance(delta.get("content"), str) and delta["content"]:
@@ -138,7 +115,7 @@ class _Translation:
         kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
         return out + self.emit(kind, response=final)
 
-    def _fail(self, err: dict[str, Any]) -> bytes:
+    def fail(self, err: dict[str, Any]) -> bytes:
         self.ended = True
         message = str(err.get("message", err))
         out = self.emit("error", code=err.get("code"), message=message, param=err.get("param"))
