@@ -91,6 +91,8 @@ class Script:
         body = json.loads(self.raw[-1])
         self.received.append(body)
         self.headers.append(dict(request.headers))
+        if (refused := strict_template(body["model"], body["messages"])) is not None:
+            return refused
         last = body["messages"][-1]["content"]
         text = last if isinstance(last, str) else last[-1].get("text", "")
         return JSONResponse(
@@ -111,6 +113,9 @@ class Script:
         self.raw.append(await request.body())
         body = json.loads(self.raw[-1])
         self.received.append(body)
+        items = body["input"] if isinstance(body["input"], list) else []
+        if (refused := strict_template(body["model"], items)) is not None:
+            return refused
         last = body["input"] if isinstance(body["input"], str) else body["input"][-1]
         text = last if isinstance(last, str) else str(last.get("content") or last.get("output"))
         message = {
@@ -150,6 +155,8 @@ class Script:
         self.received.append(body)
         self.headers.append(dict(request.headers))
         model, stream = body["model"], bool(body.get("stream"))
+        if (refused := strict_template(model, body["messages"])) is not None:
+            return refused
         if model.startswith("fail-"):
             code = int(model.removeprefix("fail-"))
             headers = {"retry-after": "7"} if code == 429 else None
@@ -339,6 +346,17 @@ class Script:
             yield sse(chunk(model, {"content": f"{i % 10}" * 65536}))
         yield sse(chunk(model, {}, finish="stop"))
         yield b"data: [DONE]\n\n"
+
+
+def strict_template(model: str, messages: list[dict[str, Any]]) -> Response | None:
+    """Model "strict": a chat template that raises on a system message after the first (Qwen's,
+    Llama's), answered as real llama.cpp answers it: HTTP 400."""
+    roles = [m.get("role") for m in messages if isinstance(m, dict)]
+    late = [r for r in roles[1:] if r in ("system", "developer")]
+    if model != "strict" or not late:
+        return None
+    message = "Unable to generate parser for this template: System message must be at the start"
+    return JSONResponse({"error": {"code": 400, "message": message}}, status_code=400)
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:

@@ -33,8 +33,10 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
         head = {"role": "system", "content": text_of(_parts(raw["system"]))}
         neutral.append(head)
     for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
-            raise BadRequest(f"messages.{i}: role must be user or assistant", param="messages")
+        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant", "system"):
+            raise BadRequest(
+                f"messages.{i}: role must be user, assistant or system", param="messages"
+            )
         converted = message_to_neutral(msg)
         groups.append(Group([msg], converted))
         neutral.extend(converted)
@@ -68,6 +70,8 @@ def _parts(content: Any) -> list[dict[str, Any]]:
 
 def message_to_neutral(msg: dict[str, Any]) -> list[dict[str, Any]]:
     content = msg.get("content")
+    if msg["role"] == "system":  # mid-conversation (beta mid-conversation-system-2026-04-07)
+        return [{"role": "system", "content": text_of(_parts(content))}]
     if msg["role"] == "assistant":
         return [_assistant(content)]
     if isinstance(content, str):
