@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
 from proxy.errors import BadRequest
-from proxy.wire import anthropic, anthropic_stream, responses, responses_stream, tools
+from proxy.wire import (
+    anthropic,
+    anthropic_stream,
+    reminders,
+    responses,
+    responses_stream,
+    tools,
+)
 from proxy.wire.events import event
 from strategies.invariants import pairing_faults
 
@@ -89,7 +97,7 @@ def test_bad_messages_refused() -> None:
     with pytest.raises(BadRequest):
         anthropic.to_neutral({"model": "m", "messages": []})
     with pytest.raises(BadRequest):
-        anthropic.to_neutral({"model": "m", "messages": [{"role": "system", "content": "x"}]})
+        anthropic.to_neutral({"model": "m", "messages": [{"role": "tool", "content": "x"}]})
 
 
 def test_tool_definitions_round_trip() -> None:
@@ -226,3 +234,67 @@ def test_responses_text_format_is_response_format() -> None:
     }
     conv = responses.to_neutral({"model": "m", "input": "x", "prompt_cache_key": "conv-1"})
     assert conv.body["user"] == "conv-1" and "response_format" not in conv.body
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())["body"]
+
+
+def test_claude_code_mid_conversation_system_message_is_kept() -> None:
+    """Claude Code 2.1.197's first request: a `role: "system"` message after the task."""
+    raw = fixture("claude_code_2.1.197_first_request.json")
+    conv = anthropic.to_neutral(raw)
+    roles = [m["role"] for m in conv.body["messages"]]
+    assert roles == ["system", "user", "system"]
+    assert conv.body["messages"][2]["content"] == raw["messages"][1]["content"]
+    # Untouched, it goes back natively exactly as the client sent it.
+    assert anthropic.from_view(conv.body["messages"], conv)["messages"] == raw["messages"]
+
+
+def test_fold_carries_a_late_system_message_in_the_next_user_turn() -> None:
+    view = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "system", "content": "Today is Friday."},
+        {"role": "user", "content": "go on"},
+    ]
+    folded = reminders.fold(view)
+    assert [m["role"] for m in folded] == ["system", "user", "assistant", "user"]
+    assert folded[3]["content"] == (
+        "<system-reminder>\nToday is Friday.\n</system-reminder>\n\ngo on"
+    )
+    assert view[3] == {"role": "system", "content": "Today is Friday."}  # input unchanged
+
+
+def test_fold_with_no_user_turn_after() -> None:
+    """After the last turn, or between a tool result and the next call: onto the turn before,
+    else a user turn of its own; never dropped, and tool calls stay paired."""
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    view = [
+        {"role": "user", "content": [{"type": "text", "text": "task"}]},
+        {"role": "system", "content": "R1"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+        {"role": "developer", "content": "R2"},
+        {"role": "assistant", "content": "done"},
+        {"role": "system", "content": "R3"},
+    ]
+    folded = reminders.fold(view)
+    assert [m["role"] for m in folded] == ["user", "assistant", "tool", "assistant", "user"]
+    assert folded[0]["content"][-1]["text"].endswith("R1\n</system-reminder>")
+    assert folded[2]["content"].startswith("a.py\n\n<system-reminder>\nR2")
+    assert "R3" in folded[4]["content"]
+    assert not pairing_faults(folded)
+
+
+def test_fold_joins_leading_system_messages_into_one() -> None:
+    """Codex opens with two developer messages; a strict template takes only one."""
+    conv = responses.to_neutral(fixture("codex_0.171.0_first_request.json"))
+    folded = reminders.fold(conv.body["messages"])
+    assert [m["role"] for m in folded] == ["system", "user", "user"]
+    assert "<skills_instructions>" in folded[0]["content"]
+    assert reminders.fold(folded) == folded  # nothing left to fold
