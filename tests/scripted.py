@@ -184,6 +184,8 @@ class Script:
             await asyncio.sleep(3600)
         if model == "tools":
             return self._tools(body, stream)
+        if model.startswith("call:"):  # calls the tool named after the colon, if offered
+            return self._call_named(model.removeprefix("call:"), body, stream)
         if model.startswith("recaller"):
             return self._recaller(body, stream, mixed=model == "recaller-mixed")
         text = "echo: " + last_user_text(body["messages"])
@@ -229,6 +231,19 @@ class Script:
         if not stream:
             msg = {"role": "assistant", "content": None, "tool_calls": calls}
             return JSONResponse(completion("tools", None, body, message=msg, finish="tool_calls"))
+        return StreamingResponse(self._tool_deltas(calls), media_type="text/event-stream")
+
+    def _call_named(self, name: str, body: dict[str, Any], stream: bool) -> Response:
+        offered = [(t.get("function") or {}).get("name") for t in body.get("tools") or []]
+        if name not in offered:
+            return JSONResponse(completion(body["model"], f"no tool {name}", body))
+        args = json.dumps({"input": "*** Begin Patch\n*** End Patch", "message": "look"})
+        fn = {"name": name, "arguments": args}
+        calls = [{"id": "call_1", "type": "function", "function": fn}]
+        if not stream:
+            msg = {"role": "assistant", "content": None, "tool_calls": calls}
+            answer = completion(body["model"], None, body, message=msg, finish="tool_calls")
+            return JSONResponse(answer)
         return StreamingResponse(self._tool_deltas(calls), media_type="text/event-stream")
 
     def _recaller(self, body: dict[str, Any], stream: bool, mixed: bool) -> Response:

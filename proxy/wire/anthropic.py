@@ -14,6 +14,7 @@ from typing import Any
 from proxy.errors import BadRequest, ContextLengthExceeded, ProxyError
 from proxy.wire import tools
 from proxy.wire.groups import Conversion, Group, restore, split_head, text_of
+from proxy.wire.toolnames import REMOVED_KEY
 
 API = "messages"
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
@@ -55,6 +56,8 @@ def _options(raw: dict[str, Any], body: dict[str, Any]) -> None:
             body["tool_choice"] = choice
         if parallel is not None:
             body["parallel_tool_calls"] = parallel
+    if removed := tools.anthropic_server_tools(raw.get("tools")):
+        body[REMOVED_KEY] = removed
     metadata = raw.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         body["user"] = metadata["user_id"]  # Claude Code's is per session: it names the session

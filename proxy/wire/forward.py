@@ -21,6 +21,7 @@ from proxy.relay import relay
 from proxy.wire.events import Assembler, relay_native
 from proxy.wire.groups import Conversion
 from proxy.wire.reminders import fold, has_mid_system
+from proxy.wire.toolnames import REMOVED_KEY
 
 API_KEY = "ctxproxy_api"  # in the stored request: which API the exchange came in on
 PRIVATE = "ctxproxy_"  # keys of the stored request that are never forwarded
@@ -79,6 +80,7 @@ class Wire:
             self.fallbacks.add((upstream.name, self.codec.api))
             self.native = False
         chat = {k: v for k, v in body.items() if not k.startswith(PRIVATE)}
+        turn.tools_removed = body.get(REMOVED_KEY) or []
         # Chat templates refuse a system message after the first: carry it in a user turn.
         folded = replace(compiled, messages=fold(compiled.messages))
         return await turn.forward(upstream, chat, folded)

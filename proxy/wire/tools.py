@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+SERVER_TOOL = "server-side tool: left out when translated to chat (no local model runs it)"
 
 
 def anthropic_to_openai(tool: dict[str, Any]) -> dict[str, Any]:
@@ -46,6 +47,17 @@ def anthropic_tools(tools: Any) -> list[dict[str, Any]] | None:
         return None
     out = [anthropic_to_openai(t) for t in tools if isinstance(t, dict) and is_client_tool(t)]
     return out or None
+
+
+def anthropic_server_tools(tools: Any) -> list[dict[str, Any]]:
+    """Notes of the server tools (web_search_20250305, code_execution…) translation leaves out."""
+    if not isinstance(tools, list):
+        return []
+    return [
+        {"type": t.get("type"), "name": t.get("name"), "reason": SERVER_TOOL}
+        for t in tools
+        if isinstance(t, dict) and not is_client_tool(t)
+    ]
 
 
 def is_client_tool(tool: dict[str, Any]) -> bool:
