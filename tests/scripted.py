@@ -189,6 +189,10 @@ class Script:
         if model.startswith("recaller"):
             return self._recaller(body, stream, mixed=model == "recaller-mixed")
         text = "echo: " + last_user_text(body["messages"])
+        if model in ("thinker", "thinker-vllm") and not stream:  # reasoning first, as llama.cpp
+            field = "reasoning" if model == "thinker-vllm" else "reasoning_content"
+            msg = {"role": "assistant", "content": text, field: "I should echo it."}
+            return JSONResponse(completion(model, text, body, message=msg))
         if not stream:
             return JSONResponse(completion(model, text, body))
         source = {
@@ -309,6 +313,10 @@ class Script:
 
     async def _words(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
         yield sse(chunk(model, {"role": "assistant", "content": ""}))
+        if model.startswith("thinker"):
+            field = "reasoning" if model == "thinker-vllm" else "reasoning_content"
+            for word in ("I should ", "echo it."):
+                yield sse(chunk(model, {field: word}))
         for word in text.split(" "):
             yield sse(chunk(model, {"content": word + " "}))
             await asyncio.sleep(0.001)

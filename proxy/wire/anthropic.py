@@ -14,6 +14,7 @@ from typing import Any
 from proxy.errors import BadRequest, ContextLengthExceeded, ProxyError
 from proxy.wire import tools
 from proxy.wire.groups import Conversion, Group, restore, split_head, text_of
+from proxy.wire.reasoning import reasoning_of, thinking_block
 from proxy.wire.toolnames import REMOVED_KEY
 
 API = "messages"
@@ -184,7 +185,9 @@ def _block(part: dict[str, Any]) -> dict[str, Any]:
 
 def answer_blocks(msg: dict[str, Any]) -> list[dict[str, Any]]:
     text = msg.get("content")
-    blocks = [_text(text)] if isinstance(text, str) and text else []
+    thought = reasoning_of(msg)
+    blocks = [thinking_block(thought)] if thought else []
+    blocks += [_text(text)] if isinstance(text, str) and text else []
     for call in msg.get("tool_calls") or []:
         fn = call.get("function") or {}
         blocks.append(

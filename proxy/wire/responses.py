@@ -14,6 +14,7 @@ from typing import Any
 from proxy.errors import BadRequest
 from proxy.wire import toolnames, tools
 from proxy.wire.groups import Conversion, Group, restore, split_head, text_of
+from proxy.wire.reasoning import reasoning_item, reasoning_of
 
 API = "responses"
 _PASSED = ("model", "temperature", "top_p", "stream", "parallel_tool_calls", "user")
@@ -171,7 +172,8 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
 def output_items(msg: dict[str, Any], names: toolnames.Names | None = None) -> list[dict[str, Any]]:
     """An assistant message as Responses output items: a message, then its tool calls in the
     client's own form (a namespaced function_call, a custom_tool_call)."""
-    items: list[dict[str, Any]] = []
+    thought = reasoning_of(msg)
+    items: list[dict[str, Any]] = [reasoning_item(thought)] if thought else []
     if isinstance(msg.get("content"), str) and msg["content"]:
         text = {"type": "output_text", "text": msg["content"], "annotations": []}
         items.append(

@@ -12,6 +12,7 @@ from proxy.errors import ProxyError
 from proxy.wire import responses, toolnames
 from proxy.wire.events import ChatTranslation, Reader, event, loads
 from proxy.wire.groups import Conversion
+from proxy.wire.reasoning import reasoning_item, reasoning_of
 
 
 def error_event(exc: ProxyError) -> bytes:
@@ -34,7 +35,7 @@ class _Translation(ChatTranslation):
         self.response = response
         self.seq = 0
         self.items: list[dict[str, Any]] = []
-        self.open: str | None = None  # "text", or "tool:<n>" for chat's tool-call index n
+        self.open: str | None = None  # "reasoning", "text", or "tool:<n>" (chat's call index n)
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.ended = False
@@ -53,6 +54,8 @@ class _Translation(ChatTranslation):
     def choice(self, choice: dict[str, Any]) -> bytes:
         self.finish = choice.get("finish_reason") or self.finish
         delta, out = choice.get("delta") or {}, b""
+        if thought := reasoning_of(delta):
+            out += self._reasoning(thought)
         if isinstance(delta.get("content"), str) and delta["content"]:
             if self.open != "text":
                 out += self._add("text", _message_item())
@@ -65,6 +68,14 @@ class _Translation(ChatTranslation):
         for call in delta.get("tool_calls") or []:
             out += self._tool(call)
         return out
+
+    def _reasoning(self, text: str) -> bytes:
+        out = b""
+        if self.open != "reasoning":
+            out += self._add("reasoning", reasoning_item("", "in_progress"))
+        part = self.items[-1]["content"][0]
+        part["text"] += text
+        return out + self._at("response.reasoning_text.delta", content_index=0, delta=text)
 
     def _tool(self, call: dict[str, Any]) -> bytes:
         out, fn = b"", call.get("function") or {}
@@ -104,6 +115,9 @@ class _Translation(ChatTranslation):
             part = item["content"][0]
             out += self._at("response.output_text.done", content_index=0, text=part["text"])
             out += self._at("response.content_part.done", content_index=0, part=part)
+        elif item["type"] == "reasoning":
+            text = item["content"][0]["text"]
+            out += self._at("response.reasoning_text.done", content_index=0, text=text)
         elif item["type"] == "custom_tool_call":
             item["input"] = toolnames.custom_input(self.custom[len(self.items) - 1])
             out += self._at("response.custom_tool_call_input.delta", delta=item["input"])

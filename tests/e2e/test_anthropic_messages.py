@@ -410,3 +410,20 @@ def test_claude_code_system_message_refused_natively_is_folded(
         sent = script.received[-1]["messages"]
         assert [m["role"] for m in sent] == ["user"]
         assert "<system-reminder>\nAvailable agent types" in sent[0]["content"]
+
+
+@pytest.mark.parametrize("model", ["thinker", "thinker-vllm"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_reasoning_comes_back_as_thinking(
+    proxy: ServerThread, model: str, stream: bool
+) -> None:
+    """llama.cpp's reasoning_content (vLLM's reasoning) was dropped in translation."""
+    kw = {"model": model, "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    if stream:
+        with client(proxy).messages.stream(**kw) as s:
+            message = s.get_final_message()
+    else:
+        message = client(proxy).messages.create(**kw)
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    assert message.content[0].thinking == "I should echo it."
+    assert message.content[1].text.strip() == "echo: hi"

@@ -230,3 +230,21 @@ def test_codex_namespaced_tool_called_and_web_search_noted(
         json.loads(r.getMessage()) for r in caplog.records if r.name == "ctxproxy.access"
     )
     assert line["tools_removed"] == ["web_search"]
+
+
+@pytest.mark.parametrize("model", ["thinker", "thinker-vllm"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_reasoning_comes_back_as_a_reasoning_item(
+    proxy: ServerThread, model: str, stream: bool
+) -> None:
+    c = client(proxy)
+    if stream:
+        with c.responses.stream(model=model, input="hi") as s:
+            deltas = [e.delta for e in s if e.type == "response.reasoning_text.delta"]
+            response = s.get_final_response()
+        assert "".join(deltas) == "I should echo it."
+    else:
+        response = c.responses.create(model=model, input="hi")
+    reasoning, message = response.output
+    assert reasoning.type == "reasoning" and reasoning.content[0].text == "I should echo it."
+    assert response.output_text.strip() == "echo: hi"
