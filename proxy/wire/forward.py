@@ -20,7 +20,7 @@ from proxy.errors import ProxyError, UpstreamInvalid
 from proxy.relay import relay
 from proxy.wire.events import Assembler, relay_native
 from proxy.wire.groups import Conversion
-from proxy.wire.reminders import fold, has_mid_system
+from proxy.wire.reminders import fold
 from proxy.wire.toolnames import REMOVED_KEY
 
 API_KEY = "ctxproxy_api"  # in the stored request: which API the exchange came in on
@@ -88,14 +88,14 @@ class Wire:
     async def _send_native(
         self, turn: Any, upstream: Any, view: list[dict[str, Any]]
     ) -> httpx.Response:
-        """The view in the API's own form; mid-conversation system messages go as they came
+        """The view in the API's own form; system messages after the first go as they came
         unless this upstream refused them once (then, and from then on, folded)."""
         folding = (upstream.name, self.codec.api + FOLDED)
-        mid = has_mid_system(view)
-        r = await self._post(turn, upstream, fold(view) if folding in self.fallbacks else view)
-        if mid and folding not in self.fallbacks and r.status_code in REFUSED:
+        folded = fold(view)  # the same list when there is nothing to fold
+        r = await self._post(turn, upstream, folded if folding in self.fallbacks else view)
+        if folded is not view and folding not in self.fallbacks and r.status_code in REFUSED:
             await r.aclose()
-            r = await self._post(turn, upstream, fold(view))
+            r = await self._post(turn, upstream, folded)
             if r.status_code < 400:
                 self.fallbacks.add(folding)
         return r

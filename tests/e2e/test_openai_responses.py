@@ -248,3 +248,20 @@ def test_upstream_reasoning_comes_back_as_a_reasoning_item(
     reasoning, message = response.output
     assert reasoning.type == "reasoning" and reasoning.content[0].text == "I should echo it."
     assert response.output_text.strip() == "echo: hi"
+
+
+def test_codex_developer_items_refused_natively_are_folded(
+    start_proxy, settings_for, upstream_url, script: Script
+) -> None:
+    """Its two leading developer messages, natively to an upstream whose template takes one
+    system message: refused (400), sent again as one, answered."""
+    upstream = {"name": "native", "base_url": upstream_url, "apis": ["chat", "responses"]}
+    proxy = start_proxy(settings_for(upstreams=[upstream], recall={"translate": False}))
+    body = codex_request("strict", stream=False)
+    r = httpx.post(proxy.url + "/v1/responses", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["output"][0]["content"][0]["text"].startswith("native: ")
+    first, second = script.received
+    assert [i.get("role") for i in first["input"]] == ["developer", "developer", "user", "user"]
+    assert [i.get("role") for i in second["input"]] == ["developer", "user", "user"]
+    assert second["input"][1:] == body["input"][2:]  # the user items as Codex sent them
