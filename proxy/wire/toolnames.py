@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.wire.tools import NAMESPACE_SEP as SEP
 from proxy.wire.tools import SERVER_TOOL, responses_to_openai
 
-SEP = "__"
 REMOVED_KEY = "ctxproxy_tools_removed"  # in the stored request: what translation left out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+NAMESPACE_SEP = "__"  # a namespaced Responses function's chat name: <namespace>__<name>
 SERVER_TOOL = "server-side tool: left out when translated to chat (no local model runs it)"
 
 
@@ -85,6 +86,10 @@ def anthropic_tool_choice(choice: Any) -> tuple[Any, bool | None]:
 
 
 def responses_tool_choice(choice: Any) -> Any:
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        return {"type": "function", "function": {"name": choice.get("name", "")}}
+    """A forced function, namespaced function or custom tool is the chat function it became
+    (proxy/wire/toolnames.py names them)."""
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
+        name, namespace = choice.get("name", ""), choice.get("namespace")
+        name = f"{namespace}{NAMESPACE_SEP}{name}" if namespace else name
+        return {"type": "function", "function": {"name": name}}
     return choice if isinstance(choice, str) else None

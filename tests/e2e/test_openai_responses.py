@@ -226,9 +226,7 @@ def test_codex_namespaced_tool_called_and_web_search_noted(
     detail = httpx.get(f"{proxy.url}/sessions/{session['id']}/exchanges/1").json()
     removed = detail["request"]["ctxproxy_tools_removed"]
     assert [t["type"] for t in removed] == ["web_search"]
-    line = next(
-        json.loads(r.getMessage()) for r in caplog.records if r.name == "ctxproxy.access"
-    )
+    line = next(json.loads(x.getMessage()) for x in caplog.records if x.name == "ctxproxy.access")
     assert line["tools_removed"] == ["web_search"]
 
 

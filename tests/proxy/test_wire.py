@@ -324,6 +324,9 @@ def test_codex_tools_translated_and_server_tools_noted() -> None:
         "multi_agent_v1__wait_agent",
         "apply_patch",
     ]
+    forced = {"type": "function", "name": "wait_agent", "namespace": "multi_agent_v1"}
+    choice = tools.responses_tool_choice(forced)
+    assert choice == {"type": "function", "function": {"name": "multi_agent_v1__wait_agent"}}
     patch = conv.body["tools"][-1]["function"]
     assert patch["parameters"]["required"] == ["input"]
     assert 'start: "*** Begin Patch"' in patch["description"]
