@@ -83,6 +83,8 @@ class Wire:
         turn.tools_removed = body.get(REMOVED_KEY) or []
         # Chat templates refuse a system message after the first: carry it in a user turn.
         folded = replace(compiled, messages=fold(compiled.messages))
+        if turn.rounds is not None:  # recall rounds ask again with the same view
+            turn.rounds.compiled = folded
         return await turn.forward(upstream, chat, folded)
 
     async def _send_native(
