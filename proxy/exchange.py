@@ -156,6 +156,7 @@ class Turn:
         self.hashes: list[str] | None = None
         self.prior: Prior | None = None
         self.rounds: Rounds | None = None  # set when the recall tool is offered
+        self.tools_removed: list[dict[str, Any]] = []  # set by the wire when it translates
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this turn's view starts from."""

@@ -122,6 +122,7 @@ class Exchange:
     messages: list[dict[str, Any]] | None = None  # only logged with log_content
     response: dict[str, Any] | None = None
     recalls: list[dict[str, Any]] = field(default_factory=list)
+    tools_removed: list[dict[str, Any]] = field(default_factory=list)  # left out by translation
 
 
 def exchange_finished(
@@ -152,6 +153,7 @@ def exchange_finished(
         messages=turn.messages,
         response=response,
         recalls=turn.rounds.records if turn.rounds else [],
+        tools_removed=list(getattr(turn, "tools_removed", [])),
     )
     services = turn.services
     observe(services.metrics, x, log_content=services.settings.log_content)
@@ -220,6 +222,8 @@ def access_record(x: Exchange, log_content: bool) -> dict[str, Any]:
     }
     if x.recalls:
         record["recalls"] = [c["outcome"] for c in x.recalls]
+    if x.tools_removed:  # the client offered them; the translated request could not carry them
+        record["tools_removed"] = [t.get("name") or t.get("type") for t in x.tools_removed]
     if x.error:
         # Type and code only: an upstream's error message may quote the prompt.
         record["error"] = {"type": x.error.get("type"), "code": x.error.get("code")}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -20,10 +20,14 @@ from proxy.errors import ProxyError, UpstreamInvalid
 from proxy.relay import relay
 from proxy.wire.events import Assembler, relay_native
 from proxy.wire.groups import Conversion
+from proxy.wire.reminders import fold
+from proxy.wire.toolnames import REMOVED_KEY
 
 API_KEY = "ctxproxy_api"  # in the stored request: which API the exchange came in on
 PRIVATE = "ctxproxy_"  # keys of the stored request that are never forwarded
 PASSED_HEADERS = ("anthropic-version", "anthropic-beta")
+FOLDED = ":folded"  # in Wire.fallbacks: this upstream refused mid-conversation system messages
+REFUSED = (400, 422, 500)  # how templates that raise on them answer (llama.cpp, vLLM)
 
 
 @dataclass(frozen=True)
@@ -69,27 +73,50 @@ class Wire:
         self.native = self.serves_natively(upstream) and not recalling
         if self.native:
             turn.rounds = None  # the recall tool goes only with translated exchanges
-            outgoing = self.codec.from_view(compiled.messages, self.conversion)
-            try:
-                r = await up.send(
-                    turn.services.client,
-                    upstream,
-                    "POST",
-                    self.codec.path,
-                    json=outgoing,
-                    headers=self.headers,
-                    stream=True,
-                )
-            except ProxyError as exc:
-                await turn.finish(status=exc.status, error=exc.body()["error"])
-                raise
+            r = await self._send_native(turn, upstream, compiled.messages)
             if r.status_code not in (404, 405):
                 return r
             await r.aclose()  # not served there after all: translate from now on
             self.fallbacks.add((upstream.name, self.codec.api))
             self.native = False
         chat = {k: v for k, v in body.items() if not k.startswith(PRIVATE)}
-        return await turn.forward(upstream, chat, compiled)
+        turn.tools_removed = body.get(REMOVED_KEY) or []
+        # Chat templates refuse a system message after the first: carry it in a user turn.
+        folded = replace(compiled, messages=fold(compiled.messages))
+        if turn.rounds is not None:  # recall rounds ask again with the same view
+            turn.rounds.compiled = folded
+        return await turn.forward(upstream, chat, folded)
+
+    async def _send_native(
+        self, turn: Any, upstream: Any, view: list[dict[str, Any]]
+    ) -> httpx.Response:
+        """The view in the API's own form; system messages after the first go as they came
+        unless this upstream refused them once (then, and from then on, folded)."""
+        folding = (upstream.name, self.codec.api + FOLDED)
+        folded = fold(view)  # the same list when there is nothing to fold
+        r = await self._post(turn, upstream, folded if folding in self.fallbacks else view)
+        if folded is not view and folding not in self.fallbacks and r.status_code in REFUSED:
+            await r.aclose()
+            r = await self._post(turn, upstream, folded)
+            if r.status_code < 400:
+                self.fallbacks.add(folding)
+        return r
+
+    async def _post(self, turn: Any, upstream: Any, view: list[dict[str, Any]]) -> httpx.Response:
+        outgoing = self.codec.from_view(view, self.conversion)
+        try:
+            return await up.send(
+                turn.services.client,
+                upstream,
+                "POST",
+                self.codec.path,
+                json=outgoing,
+                headers=self.headers,
+                stream=True,
+            )
+        except ProxyError as exc:
+            await turn.finish(status=exc.status, error=exc.body()["error"])
+            raise
 
     async def answer(
         self,
