@@ -80,6 +80,7 @@ async def _exchange(
     turn = Turn(services, timing, upstream.name, chat.model)
     owner = client_key_id(request, services)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
+    key = services.conversations.place(key, body)
     window = await services.windows.window(upstream, chat.model)
     with timing.span("store"):
         await turn.load_prior(key.id, body, sendable)
