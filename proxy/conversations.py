@@ -2,11 +2,12 @@
 
 A client without a session header is placed by its history's fingerprint (proxy/sessions.py).
 Agents also send one-off requests about the conversation they are in: aider summarises its
-own chat history, other clients ask for a title. Such a request begins differently (its own
-system prompt, the history quoted inside one message), so its fingerprint is new. It is told
-by what it holds: a request that offers no tools, would open a new fingerprint session, and
-whose text (system prompts aside) is mostly lines already seen in one recent session's
-messages, is a side request of that session and is recorded there.
+own chat history, Qwen Code runs a memory subagent over it, other clients ask for a title.
+Such a request begins differently (its own system prompt, the history quoted inside one
+message), so its fingerprint is new. It is told by what it holds: a request that would open a
+new fingerprint session and either carries on a recent session's conversation (its first
+message, at least 64 characters, is one of that session's) or, offering no tools, is mostly
+text already seen in one recent session's messages, is a side request of that session.
 
 The index is per process, of the most recent sessions, and rebuilt as requests arrive: after
 a restart, or on another worker, a side request opens a session of its own as before.
@@ -40,11 +41,25 @@ class Conversations:
         if key.source != "fingerprint":
             return key
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-        if key.id not in self.lines and not body.get("tools"):
-            if (home := self._quoted(messages, key.owner)) is not None:
+        if key.id not in self.lines:
+            home = self._continued(messages, key.owner)
+            if home is None and not body.get("tools"):
+                home = self._quoted(messages, key.owner)
+            if home is not None:
                 return SessionKey(home, "side", key.owner)
         self._index(key.id, messages)
         return key
+
+    def _continued(self, messages: list[dict[str, Any]], owner: str | None) -> str | None:
+        """The session whose conversation this one carries on under another system prompt
+        (Qwen Code's memory subagent resends the conversation itself): its first message."""
+        said = [m for m in messages if m.get("role") not in ("system", "developer")]
+        first = _text(said[0]) if said else ""
+        if len(first) < MIN_QUOTED:
+            return None
+        h = hash(first)
+        mine = (s for s in reversed(self.seen) if owner is None or s.startswith(owner + ":"))
+        return next((s for s in mine if h in self.seen[s]), None)
 
     def _quoted(self, messages: list[dict[str, Any]], owner: str | None) -> str | None:
         """The one session whose lines make up most of these messages' text, if any."""

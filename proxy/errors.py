@@ -74,10 +74,11 @@ class ContextLengthExceeded(BadRequest):
                 f"with a larger context window, or a shorter system prompt or fewer tools."
             )
         else:
+            over = needed - self.budget
+            short = f"{over} more than fit" if over > 0 else "and the upstream refused it"
             message = (
                 f"This request needs {needed} tokens even in its most compact form, "
-                f"{needed - self.budget} more than fit: {where}."
-                f"{_rest(self.fixed, self.budget)} {_culprit(largest)}"
+                f"{short}: {where}.{_rest(self.fixed, self.budget)} {_culprit(largest)}"
             )
         super().__init__(message, param="messages")
 

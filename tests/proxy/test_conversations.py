@@ -55,10 +55,11 @@ def test_a_new_conversation_that_quotes_nothing_opens_its_own_session() -> None:
     assert other.id != main.id and short.id not in (main.id, other.id)
 
 
-def test_requests_with_tools_or_a_known_session_are_never_moved() -> None:
+def test_an_agent_with_tools_that_only_quotes_or_names_its_session_is_never_moved() -> None:
     c = Conversations()
     main = place(c, chat("You are a coding agent.", TASK, ANSWER))
-    with_tools = chat("Another agent.", TASK, tools=[{"type": "function"}])
+    quoting = f"Look at this.\n{TASK}\n{ANSWER}"  # mostly its lines, but a new first message
+    with_tools = chat("Another agent.", quoting, tools=[{"type": "function"}])
     assert place(c, with_tools).id != main.id
     named = c.place(identify("my-run", None, chat("Summarise.", TASK)), chat("Summarise.", TASK))
     assert named == SessionKey("my-run", "header")
@@ -90,3 +91,21 @@ def test_aider_through_the_proxy_is_one_session(proxy: ServerThread, script: Scr
     assert sessions["total"] == 1
     (row,) = sessions["data"]
     assert row["totals"]["exchanges"] == len(AIDER)
+
+
+def test_qwen_code_memory_subagent_joins_the_run_it_remembers() -> None:
+    """Its own system prompt and tools, and the run's conversation resent as messages."""
+    fixture = FIXTURE.parent / "qwen_code_0.24.4_requests.json"
+    run, memory = json.loads(fixture.read_text())["requests"]
+    c = Conversations()
+    main = place(c, run)
+    assert identify(None, None, memory).id != main.id and memory["tools"]
+    assert place(c, memory) == SessionKey(main.id, "side")
+
+
+def test_a_new_run_with_another_task_is_not_a_continuation() -> None:
+    c = Conversations()
+    long_task = TASK + " Keep the public API as it is and add a regression test for it."
+    main = place(c, chat("You are a coding agent.", long_task, ANSWER, tools=[{"t": 1}]))
+    other = chat("Another agent's prompt.", long_task.replace("parser", "lexer"), tools=[{"t": 1}])
+    assert place(c, other).id != main.id
