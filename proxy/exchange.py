@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
@@ -102,26 +102,7 @@ async def _exchange(
     with timing.span("store"):
         await turn.record(key, body, upstream.name, compiled)
     send = turn.forward if wire is None else partial(wire.forward, turn)
-    outgoing = turn.outgoing(upstream, sendable, counted, compiled)
-    with timing.span("upstream"):
-        r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
-        overflow = await _overflow_of(r, turn, upstream)
-    if overflow and compiled.budget is not None:
-        # The upstream counted more than we estimated: learn from its figures, refit, retry once.
-        with timing.span("compile"):
-            compiled = await turn.refit(counted, compiled, overflow)
-        outgoing = turn.outgoing(upstream, sendable, counted, compiled)
-        with timing.span("upstream"):
-            r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
-            again = await _overflow_of(r, turn, upstream)
-        if again:
-            exc = ContextLengthExceeded(
-                again.prompt_tokens or compiled.tokens_compiled,
-                compiled.prompt_budget or 0,
-                again.window or compiled.window,
-            )
-            await turn.finish(status=exc.status, error=exc.body()["error"])
-            raise exc
+    r, compiled = await _send_fitted(request, turn, upstream, send, (sendable, counted), compiled)
     headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
     if turn.limit is not None:
         headers["x-ctxproxy-max-tokens"] = f"{asked_tokens(sendable)}->{turn.limit}"
@@ -138,6 +119,41 @@ async def _exchange(
         await _unless_gone(request, turn, _read_checked(r, turn, upstream, bool(chat.stream)))
         content = await _unless_gone(request, turn, turn.settle(r))
     return Response(content, r.status_code, up.response_headers(r) | headers | turn.timing_header())
+
+
+async def _send_fitted(
+    request: Request,
+    turn: Turn,
+    upstream: Any,
+    send: Callable[..., Awaitable[httpx.Response]],
+    bodies: tuple[dict[str, Any], dict[str, Any]],
+    compiled: Compiled,
+) -> tuple[httpx.Response, Compiled]:
+    """Forward the view; an upstream that counts it over its window gets one refit view."""
+    sendable, counted = bodies
+    timing = turn.timing
+    outgoing = turn.outgoing(upstream, sendable, counted, compiled)
+    with timing.span("upstream"):
+        r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
+        overflow = await _overflow_of(r, turn, upstream)
+    if not overflow or compiled.budget is None:
+        return r, compiled
+    # The upstream counted more than we estimated: learn from its figures, refit, retry once.
+    with timing.span("compile"):
+        compiled = await turn.refit(counted, compiled, overflow)
+    outgoing = turn.outgoing(upstream, sendable, counted, compiled)
+    with timing.span("upstream"):
+        r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
+        again = await _overflow_of(r, turn, upstream)
+    if again:
+        exc = ContextLengthExceeded(
+            again.prompt_tokens or compiled.tokens_compiled,
+            compiled.prompt_budget or 0,
+            again.window or compiled.window,
+        )
+        await turn.finish(status=exc.status, error=exc.body()["error"])
+        raise exc
+    return r, compiled
 
 
 async def _unless_gone(request: Request, turn: Turn, work: Awaitable[T]) -> T:
