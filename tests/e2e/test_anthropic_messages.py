@@ -10,8 +10,6 @@ import anthropic
 import httpx
 import pytest
 
-from proxy import recall
-from proxy.tokens import TokenCounter
 from tests.e2e.test_sessions_audit import noisy_log
 from tests.scripted import Script
 from tests.servers import ServerThread
@@ -281,9 +279,11 @@ def test_huge_max_tokens_reserves_a_share_of_the_window(
     body = {"model": "echo", "max_tokens": 32000, "messages": [{"role": "user", "content": "hi"}]}
     r = httpx.post(proxy.url + "/v1/messages", json=body)
     assert r.json()["content"][0]["text"] == "echo: hi"
-    assert script.received[-1]["max_tokens"] == 2048  # an eighth of the window
-    recall_tool = TokenCounter().count_tools([recall.DEFINITION])  # room kept for it
-    assert int(r.headers["x-ctxproxy-budget"]) == 16384 - 2048 - 820 - recall_tool
+    # An eighth of the window is reserved; what is asked is what the prompt leaves.
+    assert int(r.headers["x-ctxproxy-budget"]) == 16384 - 2048 - 820
+    left = 16384 - 820 - int(r.headers["x-ctxproxy-tokens-compiled"])
+    assert script.received[-1]["max_tokens"] == left
+    assert r.headers["x-ctxproxy-max-tokens"] == f"32000->{left}"
 
 
 @pytest.mark.parametrize("model", ["reset", "garbled"])
