@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 
 import httpx
 
 from proxy.settings import Upstream
-from proxy.transport import Http11Transport
+from proxy.transport import CheckedTransport
 
 Origin = tuple[bytes, bytes, int | None]
 # Anything not addressed to a configured upstream (none today) gets a small pool of its own.
@@ -29,12 +30,7 @@ class UpstreamPools(httpx.AsyncBaseTransport):
                 max_keepalive_connections=min(u.max_connections, 64),
             )
             url = httpx.URL(u.base_url)
-            # Plain http (a model server beside us): the lean transport; TLS: httpx's own.
-            pool = (
-                Http11Transport(limits)
-                if url.scheme == "http"
-                else httpx.AsyncHTTPTransport(limits=limits)
-            )
+            pool = client_for(os.environ.get("CTXPROXY_UPSTREAM_CLIENT", "httpx"))(limits)
             self._pools.setdefault(origin(url), pool)
         self._other = httpx.AsyncHTTPTransport(limits=OTHER)
 
@@ -45,3 +41,17 @@ class UpstreamPools(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         for pool in [*self._pools.values(), self._other]:
             await pool.aclose()
+
+
+def client_for(name: str) -> Callable[[httpx.Limits], httpx.AsyncBaseTransport]:
+    if name == "aiohttp":
+        from proxy.aiohttp_transport import AiohttpTransport
+
+        return AiohttpTransport
+    if name == "legacy":
+        from proxy.legacy_transport import Http11Transport
+
+        return Http11Transport
+    if name == "httpx-plain":
+        return lambda limits: httpx.AsyncHTTPTransport(limits=limits)
+    return CheckedTransport

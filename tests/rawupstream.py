@@ -12,6 +12,7 @@ import json
 import threading
 from typing import Any
 
+from tests.rawfaults import FAULTS, echo, response
 from tests.scripted import chunk, completion, sse
 
 OK = json.dumps(completion("m", "fine", {"messages": []})).encode()
@@ -106,7 +107,11 @@ class RawUpstream:
     async def _answer(self, body: dict[str, Any], w: asyncio.StreamWriter) -> bool:
         """Write one answer; False once the connection is to be dropped."""
         model, stream = body.get("model", ""), bool(body.get("stream"))
-        if model == "cut-json":
+        if model.startswith("fault:"):
+            return await FAULTS[model.removeprefix("fault:")][0](w, body)
+        if model == "raw-echo":
+            w.write(response(echo(body)))
+        elif model == "cut-json":
             w.write(head(200, "application/json", 500) + OK[:20])
         elif model == "cut-error":
             w.write(head(500, "application/json", 500) + b'{"error": {"mess')

@@ -1,0 +1,64 @@
+"""One answer, one request: after any malformed or hostile upstream answer, the faulted request gets
+a clean error (recorded with the status the client got) and the next requests, each in its own
+session, get their own answers, never a leftover from the faulted connection."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.test_upstream_answers import record
+from tests.rawfaults import FAULTS
+from tests.rawupstream import RawUpstream
+
+FOLLOWERS = 10
+
+
+@pytest.fixture(scope="module")
+def raw() -> Iterator[RawUpstream]:
+    with RawUpstream() as upstream:
+        yield upstream
+
+
+def chat(url: str, sid: str, model: str, text: str, stream: bool = False) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": text}], "stream": stream}
+    return httpx.post(
+        url + "/v1/chat/completions", json=body, headers={"X-Session-Id": sid}, timeout=10
+    )
+
+
+def answer_text(r: httpx.Response) -> Any:
+    try:
+        return r.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return r.text[:200]
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_fault_is_an_error_of_its_own_and_no_later_request_gets_another_answer(
+    raw: RawUpstream, start_proxy, tmp_path: Path, fault: str
+) -> None:
+    from tests.conftest import make_settings
+
+    upstream = {"name": "raw", "base_url": raw.url, "read_timeout": 0.5}
+    proxy = start_proxy(make_settings(tmp_path, raw.url, upstreams=[upstream])).url
+    # A first clean answer, so that the faulted request may go out on a kept-alive connection.
+    assert answer_text(chat(proxy, "warm", "raw-echo", "warm-up")) == "echo: warm-up"
+    r = chat(proxy, "faulted", f"fault:{fault}", f"{fault} itself")
+    expected = FAULTS[fault][1]
+    assert r.status_code == expected, r.text[:300]
+    if expected >= 500:
+        assert set(r.json()["error"]) >= {"message", "type", "param", "code"}
+    x = record(proxy, "faulted")
+    assert x["exchange"]["status"] == r.status_code
+    time.sleep(0.15)  # bytes sent late by the upstream are in the pooled connection by now
+    got = [
+        answer_text(chat(proxy, f"after-{i}", "raw-echo", f"{fault} follower {i}"))
+        for i in range(FOLLOWERS)
+    ]
+    assert got == [f"echo: {fault} follower {i}" for i in range(FOLLOWERS)]
