@@ -579,8 +579,8 @@ def start_before(tree: Path, workdir: Path, upstream: c.Server) -> c.Server:
 def start_with_client(name: str, workdir: Path, upstream: c.Server) -> c.Server:
     wd = workdir / f"client-{name}"
     wd.mkdir(exist_ok=True)
-    port = c.free_port()
-    argv = [c.CTXPROXY, "serve", "--config", str(c.ctxproxy_config(wd, upstream)), "--port", str(port)]
+    port, cfg = c.free_port(), c.ctxproxy_config(wd, upstream)
+    argv = [c.CTXPROXY, "serve", "--config", str(cfg), "--port", str(port)]
     env = {"CTXPROXY_UPSTREAM_CLIENT": name}
     return c.start(f"ctxproxy-{name}", argv, port, "/healthz", wd, env)
 

@@ -32,7 +32,7 @@ class UpstreamPools(httpx.AsyncBaseTransport):
             url = httpx.URL(u.base_url)
             pool = client_for(os.environ.get("CTXPROXY_UPSTREAM_CLIENT", "httpx"))(limits)
             self._pools.setdefault(origin(url), pool)
-        self._other = httpx.AsyncHTTPTransport(limits=OTHER)
+        self._other = CheckedTransport(OTHER)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         pool = self._pools.get(origin(request.url), self._other)

@@ -7,7 +7,7 @@ module stops: bytes already read past the end of an answer (a body longer than i
 answer sent unasked) stay in h11's buffer and would be parsed as the next answer; a status outside
 200-599 (999, a 101 nobody asked for) is handed on as if it were an answer; and a message framed by
 both Transfer-Encoding and Content-Length (a response-splitting tell) is read by one of them.
-Each of these is a RemoteProtocolError, and the connection is closed, never pooled again.
+Each of these is a MalformedAnswer (a RemoteProtocolError); its connection is closed, never pooled.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ import h11
 import httpx
 
 
+class MalformedAnswer(httpx.RemoteProtocolError):
+    """An answer this module refused: the upstream, not the network, is at fault."""
+
+
 class CheckedTransport(httpx.AsyncBaseTransport):
     def __init__(self, limits: httpx.Limits) -> None:
         self._inner = httpx.AsyncHTTPTransport(limits=limits)
@@ -28,7 +32,7 @@ class CheckedTransport(httpx.AsyncBaseTransport):
         problem = head_problem(response)
         if problem:
             await discard(response)
-            raise httpx.RemoteProtocolError(problem, request=request)
+            raise MalformedAnswer(problem, request=request)
         response.stream = _CheckedBody(response, request)
         return response
 
@@ -46,8 +50,8 @@ def head_problem(response: httpx.Response) -> str | None:
 
 def h11_state(response: httpx.Response) -> Any:
     """h11's state machine for the response's connection (httpx → httpcore's pool stream →
-    HTTP/1.1 stream → connection). These attributes are private: tests/unit/test_transport.py
-    fails if an upgrade of httpx or httpcore moves them."""
+    HTTP/1.1 stream → connection). These attributes are private: if an upgrade moves them, the
+    faults that leave bytes behind in tests/e2e/test_upstream_faults.py fail."""
     pool_stream = getattr(response.stream, "_httpcore_stream", None)
     connection = getattr(getattr(pool_stream, "_stream", None), "_connection", None)
     return getattr(connection, "_h11_state", None)
@@ -86,7 +90,7 @@ class _CheckedBody(httpx.AsyncByteStream):
         if leftover or readable(self._response):
             never_reuse(self._state)
         if leftover:
-            raise httpx.RemoteProtocolError(
+            raise MalformedAnswer(
                 "the upstream sent bytes past the end of its answer", request=self._request
             )
 

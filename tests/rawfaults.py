@@ -105,8 +105,9 @@ def reset_after(data: Callable[[bytes], bytes]) -> Fault:
 
 
 def chunked(*chunks: bytes) -> Callable[[bytes], bytes]:
-    return lambda p: response(b"", headers=b"Transfer-Encoding: chunked\r\n") + b"".join(
-        c.replace(b"{p}", p).replace(b"{n}", b"%x" % len(p)) for c in chunks
+    return lambda p: (
+        response(b"", headers=b"Transfer-Encoding: chunked\r\n")
+        + b"".join(c.replace(b"{p}", p).replace(b"{n}", b"%x" % len(p)) for c in chunks)
     )
 
 

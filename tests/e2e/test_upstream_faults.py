@@ -25,11 +25,15 @@ def raw() -> Iterator[RawUpstream]:
         yield upstream
 
 
-def chat(url: str, sid: str, model: str, text: str, stream: bool = False) -> httpx.Response:
-    body = {"model": model, "messages": [{"role": "user", "content": text}], "stream": stream}
-    return httpx.post(
-        url + "/v1/chat/completions", json=body, headers={"X-Session-Id": sid}, timeout=10
-    )
+@pytest.fixture(scope="module")
+def client() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as c:  # one client: no TLS context and no connection per call
+        yield c
+
+
+def chat(c: httpx.Client, url: str, sid: str, model: str, text: str) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": text}]}
+    return c.post(url + "/v1/chat/completions", json=body, headers={"X-Session-Id": sid})
 
 
 def answer_text(r: httpx.Response) -> Any:
@@ -41,24 +45,46 @@ def answer_text(r: httpx.Response) -> Any:
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_a_fault_is_an_error_of_its_own_and_no_later_request_gets_another_answer(
-    raw: RawUpstream, start_proxy, tmp_path: Path, fault: str
+    raw: RawUpstream, client: httpx.Client, start_proxy, tmp_path: Path, fault: str
 ) -> None:
     from tests.conftest import make_settings
 
     upstream = {"name": "raw", "base_url": raw.url, "read_timeout": 0.5}
     proxy = start_proxy(make_settings(tmp_path, raw.url, upstreams=[upstream])).url
     # A first clean answer, so that the faulted request may go out on a kept-alive connection.
-    assert answer_text(chat(proxy, "warm", "raw-echo", "warm-up")) == "echo: warm-up"
-    r = chat(proxy, "faulted", f"fault:{fault}", f"{fault} itself")
+    assert answer_text(chat(client, proxy, "warm", "raw-echo", "warm-up")) == "echo: warm-up"
+    r = chat(client, proxy, "faulted", f"fault:{fault}", f"{fault} itself")
     expected = FAULTS[fault][1]
     assert r.status_code == expected, r.text[:300]
     if expected >= 500:
         assert set(r.json()["error"]) >= {"message", "type", "param", "code"}
     x = record(proxy, "faulted")
     assert x["exchange"]["status"] == r.status_code
+    # Never sent twice: the upstream may already be generating for the first one.
+    assert [b["model"] for b in raw.requests].count(f"fault:{fault}") == 1
     time.sleep(0.15)  # bytes sent late by the upstream are in the pooled connection by now
     got = [
-        answer_text(chat(proxy, f"after-{i}", "raw-echo", f"{fault} follower {i}"))
+        answer_text(chat(client, proxy, f"after-{i}", "raw-echo", f"{fault} follower {i}"))
         for i in range(FOLLOWERS)
     ]
     assert got == [f"echo: {fault} follower {i}" for i in range(FOLLOWERS)]
+
+
+@pytest.mark.parametrize("fault", ["status-999", "body-past-length", "header-nul"])
+def test_on_the_messages_api_a_fault_is_a_502_in_anthropics_envelope(
+    raw: RawUpstream, client: httpx.Client, start_proxy, tmp_path: Path, fault: str
+) -> None:
+    from tests.conftest import make_settings
+
+    upstream = {"name": "raw", "base_url": raw.url, "read_timeout": 0.5}
+    proxy = start_proxy(make_settings(tmp_path, raw.url, upstreams=[upstream])).url
+    body = {
+        "model": f"fault:{fault}",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    r = client.post(proxy + "/v1/messages", json=body, headers={"X-Session-Id": "m"})
+    assert r.status_code == 502, r.text
+    assert r.json()["type"] == "error" and r.json()["error"]["type"] == "api_error"
+    assert record(proxy, "m")["exchange"]["status"] == 502
+
