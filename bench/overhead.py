@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         "--clients",
         nargs="+",
         default=[],
-        help="also run ctxproxy with each of these upstream HTTP clients (httpx, aiohttp, ...; "
+        help="also run ctxproxy with each of these upstream HTTP clients (httpx, httpx-plain; "
         "env CTXPROXY_UPSTREAM_CLIENT) as targets 'ctxproxy-<name>'",
     )
     ap.add_argument("--out", type=Path, default=c.RESULTS, help="results folder")

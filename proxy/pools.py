@@ -30,6 +30,7 @@ class UpstreamPools(httpx.AsyncBaseTransport):
                 max_keepalive_connections=min(u.max_connections, 64),
             )
             url = httpx.URL(u.base_url)
+            # httpx's transport for http and https alike, with the checks of proxy/transport.py.
             pool = client_for(os.environ.get("CTXPROXY_UPSTREAM_CLIENT", "httpx"))(limits)
             self._pools.setdefault(origin(url), pool)
         self._other = CheckedTransport(OTHER)
@@ -44,14 +45,8 @@ class UpstreamPools(httpx.AsyncBaseTransport):
 
 
 def client_for(name: str) -> Callable[[httpx.Limits], httpx.AsyncBaseTransport]:
-    if name == "aiohttp":
-        from proxy.aiohttp_transport import AiohttpTransport
-
-        return AiohttpTransport
-    if name == "legacy":
-        from proxy.legacy_transport import Http11Transport
-
-        return Http11Transport
+    """The transport for an upstream's pool. CTXPROXY_UPSTREAM_CLIENT=httpx-plain (for
+    bench/overhead.py's --clients only) drops proxy/transport.py's checks to show their cost."""
     if name == "httpx-plain":
         return lambda limits: httpx.AsyncHTTPTransport(limits=limits)
     return CheckedTransport
