@@ -87,4 +87,3 @@ def test_on_the_messages_api_a_fault_is_a_502_in_anthropics_envelope(
     assert r.status_code == 502, r.text
     assert r.json()["type"] == "error" and r.json()["error"]["type"] == "api_error"
     assert record(proxy, "m")["exchange"]["status"] == 502
-
