@@ -119,6 +119,26 @@ def status(code: bytes) -> Callable[[bytes], bytes]:
     return lambda p: response(p, status=code)
 
 
+def events(body: dict[str, Any]) -> bytes:
+    """The echo as a complete event stream."""
+    delta = {"role": "assistant", "content": f"echo: {last_user_text(body)}"}
+    data = {
+        "object": "chat.completion.chunk",
+        "model": "raw",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": "stop"}],
+    }
+    return b"data: " + json.dumps(data).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+async def events_then_forged(w: Writer, body: dict[str, Any]) -> bool:
+    """A clean event stream with its length, and a forged answer in the same write."""
+    payload = events(body)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    w.write(head + b"Content-Length: %d\r\n\r\n" % len(payload) + payload + FORGED_RESPONSE)
+    await w.drain()
+    return True
+
+
 # name: (fault, status the client gets for the faulted request)
 FAULTS: dict[str, tuple[Fault, int]] = {
     "late-408": (then_later(LATE_408), 200),
@@ -179,6 +199,7 @@ FAULTS: dict[str, tuple[Fault, int]] = {
         ),
         502,
     ),
+    "events-then-forged-answer": (events_then_forged, 502),  # 200 + SSE error when streamed
     "forged-answer-after-last-chunk": (
         whole(chunked(b"{n}\r\n{p}\r\n0\r\n\r\n", FORGED_RESPONSE), True),
         502,

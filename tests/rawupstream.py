@@ -1,7 +1,8 @@
 """A hand-written HTTP/1.1 upstream for faults a framework will not produce: bodies cut short,
 answers stalled after their headers, a byte a second, headers no proxy should pass on.
 
-The request body's `model` picks the behaviour (see ANSWERS); any other model gets a valid
+The request body's `model` picks the behaviour (see ANSWERS; `fault:<name>` picks one of
+tests/rawfaults.py's, `raw-echo` answers with the last user message); any other model gets a valid
 chat completion (an event stream when the request asks for one).
 """
 

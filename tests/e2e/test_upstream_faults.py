@@ -87,3 +87,25 @@ def test_on_the_messages_api_a_fault_is_a_502_in_anthropics_envelope(
     assert r.status_code == 502, r.text
     assert r.json()["type"] == "error" and r.json()["error"]["type"] == "api_error"
     assert record(proxy, "m")["exchange"]["status"] == 502
+
+
+def test_a_streamed_answer_with_bytes_past_its_end_ends_in_an_error_event(
+    raw: RawUpstream, client: httpx.Client, start_proxy, tmp_path: Path
+) -> None:
+    from tests.conftest import make_settings
+
+    upstream = {"name": "raw", "base_url": raw.url, "read_timeout": 0.5}
+    proxy = start_proxy(make_settings(tmp_path, raw.url, upstreams=[upstream])).url
+    body = {
+        "model": "fault:events-then-forged-answer",
+        "messages": [{"role": "user", "content": "streamed"}],
+        "stream": True,
+    }
+    r = client.post(proxy + "/v1/chat/completions", json=body, headers={"X-Session-Id": "s"})
+    events = [e for e in r.text.split("\n\n") if e.strip()]
+    assert r.status_code == 200 and events[-1] == "data: [DONE]"
+    assert '"upstream_invalid_response"' in events[-2]
+    x = record(proxy, "s")
+    assert x["exchange"]["status"] == 200 and x["error"]["code"] == "upstream_invalid_response"
+    got = [answer_text(chat(client, proxy, f"s-{i}", "raw-echo", f"s{i}")) for i in range(10)]
+    assert got == [f"echo: s{i}" for i in range(10)]
