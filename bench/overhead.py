@@ -576,6 +576,15 @@ def start_before(tree: Path, workdir: Path, upstream: c.Server) -> c.Server:
     return c.start("before", [*argv, "--port", str(port)], port, "/healthz", wd, env)
 
 
+def start_with_client(name: str, workdir: Path, upstream: c.Server) -> c.Server:
+    wd = workdir / f"client-{name}"
+    wd.mkdir(exist_ok=True)
+    port, cfg = c.free_port(), c.ctxproxy_config(wd, upstream)
+    argv = [c.CTXPROXY, "serve", "--config", str(cfg), "--port", str(port)]
+    env = {"CTXPROXY_UPSTREAM_CLIENT": name}
+    return c.start(f"ctxproxy-{name}", argv, port, "/healthz", wd, env)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__)
     ap.add_argument("--setup", action="store_true", help="install the peers, then exit")
@@ -594,6 +603,13 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="also run ctxproxy from this source tree (e.g. `git archive` of an older commit) "
         "as target 'before', with uvicorn's pure-Python loop and parser as it had them",
+    )
+    ap.add_argument(
+        "--clients",
+        nargs="+",
+        default=[],
+        help="also run ctxproxy with each of these upstream HTTP clients (httpx, httpx-plain; "
+        "env CTXPROXY_UPSTREAM_CLIENT) as targets 'ctxproxy-<name>'",
     )
     ap.add_argument("--out", type=Path, default=c.RESULTS, help="results folder")
     ap.add_argument("--name", help="results file name (default overhead or overhead-quick)")
@@ -631,6 +647,9 @@ def main(argv: list[str] | None = None) -> int:
             if old.error:
                 raise RuntimeError(old.error)
             targets.append(c.Target("before", old))
+        for name in args.clients:
+            servers.append(start_with_client(name, wd, upstream))
+            targets.append(c.Target(f"ctxproxy-{name}", servers[-1]))
         if "latency" in parts:
             for p in peers:
                 server = (

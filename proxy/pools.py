@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 
 import httpx
 
 from proxy.settings import Upstream
-from proxy.transport import Http11Transport
+from proxy.transport import CheckedTransport
 
 Origin = tuple[bytes, bytes, int | None]
 # Anything not addressed to a configured upstream (none today) gets a small pool of its own.
@@ -29,14 +30,10 @@ class UpstreamPools(httpx.AsyncBaseTransport):
                 max_keepalive_connections=min(u.max_connections, 64),
             )
             url = httpx.URL(u.base_url)
-            # Plain http (a model server beside us): the lean transport; TLS: httpx's own.
-            pool = (
-                Http11Transport(limits)
-                if url.scheme == "http"
-                else httpx.AsyncHTTPTransport(limits=limits)
-            )
+            # httpx's transport for http and https alike, with the checks of proxy/transport.py.
+            pool = client_for(os.environ.get("CTXPROXY_UPSTREAM_CLIENT", "httpx"))(limits)
             self._pools.setdefault(origin(url), pool)
-        self._other = httpx.AsyncHTTPTransport(limits=OTHER)
+        self._other = CheckedTransport(OTHER)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         pool = self._pools.get(origin(request.url), self._other)
@@ -45,3 +42,11 @@ class UpstreamPools(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         for pool in [*self._pools.values(), self._other]:
             await pool.aclose()
+
+
+def client_for(name: str) -> Callable[[httpx.Limits], httpx.AsyncBaseTransport]:
+    """The transport for an upstream's pool. CTXPROXY_UPSTREAM_CLIENT=httpx-plain (for
+    bench/overhead.py's --clients only) drops proxy/transport.py's checks to show their cost."""
+    if name == "httpx-plain":
+        return lambda limits: httpx.AsyncHTTPTransport(limits=limits)
+    return CheckedTransport

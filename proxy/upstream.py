@@ -14,12 +14,14 @@ import orjson
 from proxy.errors import (
     BadRequest,
     ProxyError,
+    UpstreamInvalid,
     UpstreamTimeout,
     UpstreamTooLarge,
     UpstreamUnavailable,
     sse_error,
 )
 from proxy.settings import Upstream
+from proxy.transport import MalformedAnswer
 
 log = logging.getLogger("ctxproxy.upstream")
 
@@ -125,11 +127,22 @@ async def send(
         raise UpstreamTimeout(
             f"Upstream '{upstream.name}' did not answer {method} {url} in time ({describe(exc)})"
         ) from None
+    except httpx.RemoteProtocolError as exc:
+        if str(exc).startswith(DISCONNECTED):
+            raise unreachable(upstream, method, url, exc) from None
+        raise malformed(upstream, exc) from None
     except httpx.HTTPError as exc:
-        raise UpstreamUnavailable(
-            f"Upstream '{upstream.name}' is unreachable: {method} {url} failed with "
-            f"{describe(exc)}. Is the model server running there?"
-        ) from None
+        raise unreachable(upstream, method, url, exc) from None
+
+
+DISCONNECTED = "Server disconnected"  # httpcore's words for a close before any answer
+
+
+def unreachable(upstream: Upstream, method: str, url: str, exc: httpx.HTTPError) -> ProxyError:
+    return UpstreamUnavailable(
+        f"Upstream '{upstream.name}' is unreachable: {method} {url} failed with "
+        f"{describe(exc)}. Is the model server running there?"
+    )
 
 
 def encode_json(data: Any) -> bytes:
@@ -170,6 +183,10 @@ def remaining(r: httpx.Response) -> float:
     return float("inf") if deadline is None else deadline - anyio.current_time()
 
 
+def malformed(upstream: Upstream, exc: httpx.HTTPError) -> UpstreamInvalid:
+    return UpstreamInvalid(f"Upstream '{upstream.name}' sent a malformed answer: {str(exc)[:200]}")
+
+
 def too_large(upstream: Upstream) -> UpstreamTooLarge:
     return UpstreamTooLarge(
         f"Upstream '{upstream.name}' sent an answer over max_response_bytes "
@@ -196,6 +213,8 @@ async def read(r: httpx.Response, upstream: Upstream) -> bytes:
         raise over_deadline(upstream) from None
     except httpx.TimeoutException:
         raise UpstreamTimeout(f"Upstream '{upstream.name}' stopped sending its answer") from None
+    except MalformedAnswer as exc:
+        raise malformed(upstream, exc) from None
     except httpx.HTTPError as exc:
         raise UpstreamUnavailable(
             f"Upstream '{upstream.name}' cut its answer short: {type(exc).__name__}"
@@ -226,6 +245,8 @@ async def relay_parts(r: httpx.Response, upstream: Upstream) -> AsyncIterator[by
             yield chunk
     except httpx.TimeoutException:
         yield UpstreamTimeout(f"Upstream '{upstream.name}' stalled mid-stream")
+    except MalformedAnswer as exc:
+        yield malformed(upstream, exc)
     except httpx.HTTPError as exc:
         yield UpstreamUnavailable(
             f"Upstream '{upstream.name}' failed mid-stream: {type(exc).__name__}"

@@ -1,7 +1,8 @@
 """A hand-written HTTP/1.1 upstream for faults a framework will not produce: bodies cut short,
 answers stalled after their headers, a byte a second, headers no proxy should pass on.
 
-The request body's `model` picks the behaviour (see ANSWERS); any other model gets a valid
+The request body's `model` picks the behaviour (see ANSWERS; `fault:<name>` picks one of
+tests/rawfaults.py's, `raw-echo` answers with the last user message); any other model gets a valid
 chat completion (an event stream when the request asks for one).
 """
 
@@ -12,6 +13,7 @@ import json
 import threading
 from typing import Any
 
+from tests.rawfaults import FAULTS, echo, response
 from tests.scripted import chunk, completion, sse
 
 OK = json.dumps(completion("m", "fine", {"messages": []})).encode()
@@ -106,7 +108,11 @@ class RawUpstream:
     async def _answer(self, body: dict[str, Any], w: asyncio.StreamWriter) -> bool:
         """Write one answer; False once the connection is to be dropped."""
         model, stream = body.get("model", ""), bool(body.get("stream"))
-        if model == "cut-json":
+        if model.startswith("fault:"):
+            return await FAULTS[model.removeprefix("fault:")][0](w, body)
+        if model == "raw-echo":
+            w.write(response(echo(body)))
+        elif model == "cut-json":
             w.write(head(200, "application/json", 500) + OK[:20])
         elif model == "cut-error":
             w.write(head(500, "application/json", 500) + b'{"error": {"mess')
