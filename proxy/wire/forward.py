@@ -17,6 +17,7 @@ from proxy import exchange
 from proxy import upstream as up
 from proxy.compiler import Compiled
 from proxy.errors import ProxyError, UpstreamInvalid
+from proxy.privacy import without_identity
 from proxy.relay import relay
 from proxy.wire.events import Assembler, relay_native
 from proxy.wire.groups import Conversion
@@ -70,6 +71,8 @@ class Wire:
         if self.native:
             turn.rounds = None  # the recall tool goes only with translated exchanges
             outgoing = self.codec.from_view(compiled.messages, self.conversion)
+            if not turn.services.settings.forward_client_identity:
+                outgoing = without_identity(outgoing)
             try:
                 r = await up.send(
                     turn.services.client,
