@@ -566,14 +566,42 @@ LAUNCH_BEFORE = (
 )
 
 
-def start_before(tree: Path, workdir: Path, upstream: c.Server) -> c.Server:
+# The same without forcing the loop and parser: for trees that had uvloop and httptools.
+LAUNCH_AS_IS = LAUNCH_BEFORE.replace(
+    "import functools, uvicorn; "
+    "uvicorn.run = functools.partial(uvicorn.run, loop='asyncio', http='h11'); ",
+    "",
+)
+
+
+def start_before(
+    tree: Path, workdir: Path, upstream: c.Server, as_is: bool = False, database_url: str = ""
+) -> c.Server:
     wd = workdir / "before"
     wd.mkdir(exist_ok=True)
     port = c.free_port()
-    cfg = c.ctxproxy_config(wd, upstream)
-    argv = [sys.executable, "-c", LAUNCH_BEFORE, "serve", "--config", str(cfg)]
+    cfg = c.ctxproxy_config(wd, upstream, database_url=database_url or None)
+    launch = LAUNCH_AS_IS if as_is else LAUNCH_BEFORE
+    argv = [sys.executable, "-c", launch, "serve", "--config", str(cfg)]
     env = {"PYTHONPATH": str(tree.resolve())}
     return c.start("before", [*argv, "--port", str(port)], port, "/healthz", wd, env)
+
+
+def start_on_postgres(
+    admin: str, workdir: Path, upstream: c.Server, servers: list, cleanup: list
+) -> c.Target:
+    """ctxproxy on a fresh PostgreSQL database, as target 'ctxproxy-pg'."""
+    from bench.overhead_agents import create_database
+
+    url, drop = create_database(admin)
+    cleanup.append(drop)
+    wd = workdir / "pg"
+    wd.mkdir(exist_ok=True)
+    server = c.start_ctxproxy(wd, upstream, database_url=url, name="ctxproxy-pg")
+    servers.append(server)
+    if server.error:
+        raise RuntimeError(server.error)
+    return c.Target("ctxproxy-pg", server)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -586,14 +614,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only",
         nargs="+",
-        choices=["latency", "growth", "stall", "memory"],
+        choices=["latency", "agents", "growth", "stall", "memory"],
         help="run only these parts",
+    )
+    ap.add_argument(
+        "--postgres",
+        metavar="ADMIN_URL",
+        help="also run ctxproxy on PostgreSQL as 'ctxproxy-pg', in a fresh database made "
+        "beside this one (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)",
     )
     ap.add_argument(
         "--before",
         type=Path,
         help="also run ctxproxy from this source tree (e.g. `git archive` of an older commit) "
         "as target 'before', with uvicorn's pure-Python loop and parser as it had them",
+    )
+    ap.add_argument(
+        "--before-as-is",
+        action="store_true",
+        help="run --before with whatever loop and parser uvicorn picks (trees that had them)",
     )
     ap.add_argument("--out", type=Path, default=c.RESULTS, help="results folder")
     ap.add_argument("--name", help="results file name (default overhead or overhead-quick)")
@@ -607,13 +646,14 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     if args.rounds:
         plan.rounds = args.rounds
-    parts = set(args.only or ["latency", "growth", "stall", "memory"])
+    parts = set(args.only or ["latency", "agents", "growth", "stall", "memory"])
     sizes = TINY if args.quick else SIZES
     if args.sizes:
         sizes = {k: v for k, v in (SIZES | TINY).items() if k in args.sizes}
     wd = c.workdir("ctxproxy-bench-overhead-")
     started = time.monotonic()
     servers: list[c.Server] = []
+    cleanup: list[Callable[[], None]] = []
     data: dict[str, Any] = {"date": c.now(), "machine": c.machine(), "plan": plan.__dict__}
     texts: list[str] = []
     try:
@@ -625,13 +665,15 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError(proxy.error)
         direct, mine = c.Target("direct", upstream), c.Target("ctxproxy", proxy)
         targets = [direct, mine]
+        if args.postgres:
+            targets.append(start_on_postgres(args.postgres, wd, upstream, servers, cleanup))
         if args.before:
-            old = start_before(args.before, wd, upstream)
+            old = start_before(args.before, wd, upstream, args.before_as_is)
             servers.append(old)
             if old.error:
                 raise RuntimeError(old.error)
             targets.append(c.Target("before", old))
-        if "latency" in parts:
+        if parts & {"latency", "agents"}:
             for p in peers:
                 server = (
                     c.Server(p.name, 0, error=errors[p.name])
@@ -646,6 +688,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in reversed(servers):
             s.stop()
+        for done in cleanup:
+            done()
     notes = [
         f"overhead: {plan.rounds} interleaved rounds, medians [min–max over rounds]; "
         f"{c.now()}; {c.machine()}; run took {time.monotonic() - started:.0f} s",
@@ -679,12 +723,13 @@ async def run(
     from tqdm import tqdm
 
     direct = targets[0]
-    proxies = [t for t in targets if t.name in ("ctxproxy", "before")]
+    proxies = [t for t in targets if t.name in ("ctxproxy", "ctxproxy-pg", "before")]
     texts = []
     steps = 0
     if "latency" in parts:
         steps += plan.rounds * len(sizes) * len(KINDS) * len(targets)
     steps += len(plan.growth) * len(proxies) if "growth" in parts else 0
+    steps += plan.rounds * 2 * len(targets) if "agents" in parts else 0
     with tqdm(total=steps, desc="overhead", unit="block", file=sys.stderr, leave=False) as bar:
         if "latency" in parts:
             cells = await side_by_side(targets, sizes, plan, bar)
@@ -695,6 +740,15 @@ async def run(
                 for s, kinds in cells.items()
             }
             texts.append(render_latency(figs, [t.name for t in targets], peers))
+        if "agents" in parts:
+            from bench import overhead_agents
+
+            figs = await overhead_agents.agent_latency(targets, plan, bar)
+            data["agents"] = figs
+            texts.append(
+                "agents, continuing sessions:\n"
+                + overhead_agents.render(figs, [t.name for t in targets])
+            )
         if "growth" in parts:
             for proxy in proxies:
                 points = await growth(proxy, direct, plan, bar)

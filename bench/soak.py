@@ -20,16 +20,31 @@ from bench import common as c
 from bench.overhead import rss_mb
 
 
-def session_turn(session: int, turn: int) -> list[dict[str, Any]]:
-    """Session `session`'s request at `turn`: its own task, then `turn` tool steps."""
-    msgs: list[dict[str, Any]] = [
+def session_start(session: int) -> list[dict[str, Any]]:
+    """Session `session`'s first request: its own task."""
+    return [
         {"role": "system", "content": c.SYSTEM},
         {"role": "user", "content": f"{c.TASK} (session {session})"},
     ]
-    for n in range(turn):
-        step = session * 100_000 + n  # each session's outputs are its own
-        msgs += [c.assistant_step(step), c.tool_step(step)]
-    return msgs
+
+
+def step(session: int, n: int) -> list[dict[str, Any]]:
+    """The two messages turn n adds: each session's outputs are its own."""
+    k = session * 100_000 + n
+    return [c.assistant_step(k), c.tool_step(k)]
+
+
+async def send(conn: c.Conn, request: bytes) -> tuple[int, float, bytes]:
+    """(status, seconds, body); once more on a new connection if the server closed an idle one."""
+    for attempt in (1, 2):
+        try:
+            status, _, total, out = await conn.send(request)
+            return status, total, out
+        except (asyncio.IncompleteReadError, ConnectionError):
+            await conn.close()
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def drive(target: c.Target, sessions: int, turns: int, done: list[int]) -> float:
@@ -38,14 +53,16 @@ async def drive(target: c.Target, sessions: int, turns: int, done: list[int]) ->
 
     async def one(session: int) -> None:
         conn = c.Conn(target.server.port)
+        messages = session_start(session)
         try:
             for turn in range(turns):
-                body = {"model": c.MODEL, "messages": session_turn(session, turn)}
-                status, _, total, out = await conn.send(target.request(body))
+                body = {"model": c.MODEL, "messages": messages}
+                status, total, out = await send(conn, target.request(body))
                 if status != 200:
                     raise c.BenchError(f"HTTP {status}: {out[:300]!r}")
                 latencies.append(total * 1000)
                 done[0] += 1
+                messages = [*messages, *step(session, turn)]
         finally:
             await conn.close()
 
