@@ -40,7 +40,7 @@ class TokenCounter:
         encoding: str = ENCODING,
         *,
         image_tokens: int = IMAGE_TOKENS,
-        cache_size: int = 100_000,
+        cache_size: int = 20_000,  # about 5 MB: keys are digests, values ints
     ):
         self._enc = tiktoken.get_encoding(encoding)
         self.image_tokens = image_tokens
