@@ -28,6 +28,7 @@ values = st.recursive(
 @given(st.dictionaries(st.text(), values, max_size=6))
 def test_the_same_hex_digest_as_message_hash(msg: dict[str, Any]) -> None:
     assert fast_message_hash(msg) == message_hash(msg)
+    assert fast_message_hash(msg) == message_hash(msg)  # seen before: from the cache
 
 
 def test_floats_written_otherwise_by_orjson_still_agree() -> None:
