@@ -54,6 +54,7 @@ class Plan:
     stall_bytes: int = 30_000_000
     rss_warmup: int = 1_000
     rss_requests: int = 10_000
+    agent_steps: int = 20  # tool steps in an agent profile's stored session
 
 
 FULL = Plan()
@@ -70,6 +71,7 @@ QUICK = Plan(
     stall_bytes=2_000_000,
     rss_warmup=50,
     rss_requests=200,
+    agent_steps=2,
 )
 
 

@@ -80,12 +80,13 @@ async def agent_latency(targets: list[c.Target], plan: o.Plan, bar: Any) -> dict
     for the ctxproxy targets."""
     out: dict[str, Any] = {}
     for agent in AGENTS:
-        load = AgentLoad(agent)
+        load = AgentLoad(agent, plan.agent_steps)
         live = [on_path(t, agent) for t in targets if not t.server.error]
         cells = {t.name: o.Cell(error=t.server.error) for t in targets}
         for t in live:  # warm-up
             try:
-                await block(t, load, o.Plan(latency_n=plan.warmup, latency_s=plan.latency_s))
+                warm = o.Plan(latency_n=plan.warmup, latency_s=plan.latency_s)
+                await block(t, load, warm)
             except (c.BenchError, OSError, asyncio.IncompleteReadError) as exc:
                 cells[t.name].error = f"{type(exc).__name__}: {exc}"[:300]
         for r in range(plan.rounds):
