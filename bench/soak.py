@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -122,6 +123,34 @@ def plot(result: dict[str, Any], out: Path) -> Path:
     return c.save_plot(fig, result.get("name", "soak"), out)
 
 
+def plot_runs(paths: list[Path], out: Path) -> Path:
+    """Several soak results (JSON) on one chart, labelled by their file names."""
+    plt = c.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for path in paths:
+        result = json.loads(path.read_text())
+        ax.plot(
+            [n for _, n, _ in result["samples"]],
+            [r for _, _, r in result["samples"]],
+            lw=1.5,
+            label=f"{path.stem}: {result['second_half_growth_pct']:+.1f}% over the second half",
+        )
+    ax.axvline(result["requests"] / 2, color="grey", ls=":", lw=1)
+    ax.set_xlabel("requests done")
+    ax.set_ylabel("RSS of ctxproxy serve (MiB)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(
+        f"{result['sessions']} sessions × {result['turns']} turns at a "
+        f"{result['window']:,}-token window",
+        fontsize=9,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
     ap.add_argument("--sessions", type=int, default=32)
@@ -129,7 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--out", type=Path, default=c.RESULTS, help="results folder")
     ap.add_argument("--name", default="soak", help="results file name")
+    ap.add_argument(
+        "--plot", nargs="+", type=Path, metavar="JSON", help="only plot these results together"
+    )
     args = ap.parse_args(argv)
+    if args.plot:
+        print(f"wrote {plot_runs(args.plot, args.out / f'{args.name}.png')}")
+        return 0
     wd = c.workdir("ctxproxy-bench-soak-")
     servers: list[c.Server] = []
     try:
