@@ -27,9 +27,7 @@ async def prepare(
     return _checked(body, policy, identity)
 
 
-def _checked(
-    body: dict[str, Any], policy: str, identity: bool
-) -> tuple[ChatHead, dict[str, Any]]:
+def _checked(body: dict[str, Any], policy: str, identity: bool) -> tuple[ChatHead, dict[str, Any]]:
     chat = chat_head(body)  # validated as parse_chat does, without a model per message
     # What is compiled and sent; `body` stays the raw request, stored as the client sent it.
     sendable = pairing.apply_policy(body, policy)

@@ -94,9 +94,7 @@ def identity_in(sent: dict[str, Any]) -> list[Any]:
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "translated"])
 @pytest.mark.parametrize("path", list(REQUESTS))
-def test_identity_names_the_session_but_stays_here(
-    tmp_path: Path, path: str, native: bool
-) -> None:
+def test_identity_names_the_session_but_stays_here(tmp_path: Path, path: str, native: bool) -> None:
     sent_path, sent, session = run(tmp_path, path, native)
     assert sent_path == (path if native else "/v1/chat/completions")
     assert identity_in(sent) == [None, None, None]
