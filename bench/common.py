@@ -167,6 +167,36 @@ STREAM_CHUNKS = (
 )
 
 
+MESSAGE_ANSWER = json.dumps(
+    {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": [{"type": "text", "text": "".join(WORDS_OUT)}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 1000, "output_tokens": 9},
+    }
+).encode()
+RESPONSE_ANSWER = json.dumps(
+    {
+        "id": "resp_bench",
+        "object": "response",
+        "status": "completed",
+        "model": MODEL,
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_bench",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "".join(WORDS_OUT)}],
+            }
+        ],
+        "usage": {"input_tokens": 1000, "output_tokens": 9, "total_tokens": 1009},
+    }
+).encode()
+
+
 def upstream_app(agent: bool = False) -> Any:
     """Answers every chat completion at once. `agent`: the answer is the next assistant_step
     (so a session replayed through a proxy stays one unbranched history)."""
@@ -197,7 +227,17 @@ def upstream_app(agent: bool = False) -> Any:
         data = [{"id": MODEL, "object": "model", "owned_by": "bench"}]
         return JSONResponse({"object": "list", "data": data})
 
+    async def messages(request: Request) -> Response:  # the agent profiles' direct reference
+        await request.body()
+        return Response(MESSAGE_ANSWER, media_type="application/json")
+
+    async def responses(request: Request) -> Response:
+        await request.body()
+        return Response(RESPONSE_ANSWER, media_type="application/json")
+
     routes = [
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models),
@@ -297,10 +337,13 @@ def start_upstream(workdir: Path, agent: bool = False) -> Server:
     return server
 
 
-def ctxproxy_config(workdir: Path, upstream: Server, window: int = BIG_WINDOW) -> Path:
+def ctxproxy_config(
+    workdir: Path, upstream: Server, window: int = BIG_WINDOW, database_url: str | None = None
+) -> Path:
     cfg = workdir / "ctxproxy.yaml"
+    url = database_url or f"sqlite:///{workdir / 'ctxproxy.db'}"
     cfg.write_text(
-        f"database_url: sqlite:///{workdir / 'ctxproxy.db'}\n"
+        f"database_url: {url}\n"
         "upstreams:\n"
         f"  - {{name: bench, kind: openai, base_url: '{upstream.url}/v1', "
         f"context_window: {window}}}\n"
@@ -309,11 +352,17 @@ def ctxproxy_config(workdir: Path, upstream: Server, window: int = BIG_WINDOW) -
     return cfg
 
 
-def start_ctxproxy(workdir: Path, upstream: Server, window: int = BIG_WINDOW) -> Server:
+def start_ctxproxy(
+    workdir: Path,
+    upstream: Server,
+    window: int = BIG_WINDOW,
+    database_url: str | None = None,
+    name: str = "ctxproxy",
+) -> Server:
     port = free_port()
-    cfg = ctxproxy_config(workdir, upstream, window)
+    cfg = ctxproxy_config(workdir, upstream, window, database_url)
     argv = [CTXPROXY, "serve", "--config", str(cfg), "--port", str(port)]
-    return start("ctxproxy", argv, port, "/healthz", workdir)
+    return start(name, argv, port, "/healthz", workdir)
 
 
 # --- peers -------------------------------------------------------------------------------

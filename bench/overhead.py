@@ -54,6 +54,7 @@ class Plan:
     stall_bytes: int = 30_000_000
     rss_warmup: int = 1_000
     rss_requests: int = 10_000
+    agent_steps: int = 20  # tool steps in an agent profile's stored session
 
 
 FULL = Plan()
@@ -70,6 +71,7 @@ QUICK = Plan(
     stall_bytes=2_000_000,
     rss_warmup=50,
     rss_requests=200,
+    agent_steps=2,
 )
 
 
@@ -566,12 +568,23 @@ LAUNCH_BEFORE = (
 )
 
 
-def start_before(tree: Path, workdir: Path, upstream: c.Server) -> c.Server:
+# The same without forcing the loop and parser: for trees that had uvloop and httptools.
+LAUNCH_AS_IS = LAUNCH_BEFORE.replace(
+    "import functools, uvicorn; "
+    "uvicorn.run = functools.partial(uvicorn.run, loop='asyncio', http='h11'); ",
+    "",
+)
+
+
+def start_before(
+    tree: Path, workdir: Path, upstream: c.Server, as_is: bool = False, database_url: str = ""
+) -> c.Server:
     wd = workdir / "before"
     wd.mkdir(exist_ok=True)
     port = c.free_port()
-    cfg = c.ctxproxy_config(wd, upstream)
-    argv = [sys.executable, "-c", LAUNCH_BEFORE, "serve", "--config", str(cfg)]
+    cfg = c.ctxproxy_config(wd, upstream, database_url=database_url or None)
+    launch = LAUNCH_AS_IS if as_is else LAUNCH_BEFORE
+    argv = [sys.executable, "-c", launch, "serve", "--config", str(cfg)]
     env = {"PYTHONPATH": str(tree.resolve())}
     return c.start("before", [*argv, "--port", str(port)], port, "/healthz", wd, env)
 
@@ -585,6 +598,23 @@ def start_with_client(name: str, workdir: Path, upstream: c.Server) -> c.Server:
     return c.start(f"ctxproxy-{name}", argv, port, "/healthz", wd, env)
 
 
+def start_on_postgres(
+    admin: str, workdir: Path, upstream: c.Server, servers: list, cleanup: list
+) -> c.Target:
+    """ctxproxy on a fresh PostgreSQL database, as target 'ctxproxy-pg'."""
+    from bench.overhead_agents import create_database
+
+    url, drop = create_database(admin)
+    cleanup.append(drop)
+    wd = workdir / "pg"
+    wd.mkdir(exist_ok=True)
+    server = c.start_ctxproxy(wd, upstream, database_url=url, name="ctxproxy-pg")
+    servers.append(server)
+    if server.error:
+        raise RuntimeError(server.error)
+    return c.Target("ctxproxy-pg", server)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__)
     ap.add_argument("--setup", action="store_true", help="install the peers, then exit")
@@ -595,8 +625,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only",
         nargs="+",
-        choices=["latency", "growth", "stall", "memory"],
+        choices=["latency", "agents", "growth", "stall", "memory"],
         help="run only these parts",
+    )
+    ap.add_argument(
+        "--postgres",
+        metavar="ADMIN_URL",
+        help="also run ctxproxy on PostgreSQL as 'ctxproxy-pg', in a fresh database made "
+        "beside this one (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)",
     )
     ap.add_argument(
         "--before",
@@ -611,6 +647,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also run ctxproxy with each of these upstream HTTP clients (httpx, httpx-plain; "
         "env CTXPROXY_UPSTREAM_CLIENT) as targets 'ctxproxy-<name>'",
     )
+    ap.add_argument(
+        "--before-as-is",
+        action="store_true",
+        help="run --before with whatever loop and parser uvicorn picks (trees that had them)",
+    )
     ap.add_argument("--out", type=Path, default=c.RESULTS, help="results folder")
     ap.add_argument("--name", help="results file name (default overhead or overhead-quick)")
     args = ap.parse_args(argv)
@@ -623,13 +664,14 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     if args.rounds:
         plan.rounds = args.rounds
-    parts = set(args.only or ["latency", "growth", "stall", "memory"])
+    parts = set(args.only or ["latency", "agents", "growth", "stall", "memory"])
     sizes = TINY if args.quick else SIZES
     if args.sizes:
         sizes = {k: v for k, v in (SIZES | TINY).items() if k in args.sizes}
     wd = c.workdir("ctxproxy-bench-overhead-")
     started = time.monotonic()
     servers: list[c.Server] = []
+    cleanup: list[Callable[[], None]] = []
     data: dict[str, Any] = {"date": c.now(), "machine": c.machine(), "plan": plan.__dict__}
     texts: list[str] = []
     try:
@@ -641,8 +683,10 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError(proxy.error)
         direct, mine = c.Target("direct", upstream), c.Target("ctxproxy", proxy)
         targets = [direct, mine]
+        if args.postgres:
+            targets.append(start_on_postgres(args.postgres, wd, upstream, servers, cleanup))
         if args.before:
-            old = start_before(args.before, wd, upstream)
+            old = start_before(args.before, wd, upstream, args.before_as_is)
             servers.append(old)
             if old.error:
                 raise RuntimeError(old.error)
@@ -650,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.clients:
             servers.append(start_with_client(name, wd, upstream))
             targets.append(c.Target(f"ctxproxy-{name}", servers[-1]))
-        if "latency" in parts:
+        if parts & {"latency", "agents"}:
             for p in peers:
                 server = (
                     c.Server(p.name, 0, error=errors[p.name])
@@ -665,6 +709,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in reversed(servers):
             s.stop()
+        for done in cleanup:
+            done()
     notes = [
         f"overhead: {plan.rounds} interleaved rounds, medians [min–max over rounds]; "
         f"{c.now()}; {c.machine()}; run took {time.monotonic() - started:.0f} s",
@@ -698,12 +744,13 @@ async def run(
     from tqdm import tqdm
 
     direct = targets[0]
-    proxies = [t for t in targets if t.name in ("ctxproxy", "before")]
+    proxies = [t for t in targets if t.name in ("ctxproxy", "ctxproxy-pg", "before")]
     texts = []
     steps = 0
     if "latency" in parts:
         steps += plan.rounds * len(sizes) * len(KINDS) * len(targets)
     steps += len(plan.growth) * len(proxies) if "growth" in parts else 0
+    steps += plan.rounds * 2 * len(targets) if "agents" in parts else 0
     with tqdm(total=steps, desc="overhead", unit="block", file=sys.stderr, leave=False) as bar:
         if "latency" in parts:
             cells = await side_by_side(targets, sizes, plan, bar)
@@ -714,6 +761,15 @@ async def run(
                 for s, kinds in cells.items()
             }
             texts.append(render_latency(figs, [t.name for t in targets], peers))
+        if "agents" in parts:
+            from bench import overhead_agents
+
+            figs = await overhead_agents.agent_latency(targets, plan, bar)
+            data["agents"] = figs
+            texts.append(
+                "agents, continuing sessions:\n"
+                + overhead_agents.render(figs, [t.name for t in targets])
+            )
         if "growth" in parts:
             for proxy in proxies:
                 points = await growth(proxy, direct, plan, bar)

@@ -3,6 +3,7 @@
 The upstream is an httpx MockTransport answering at once; work the route sends to the thread
 pool runs inline here, so that one profile shows all of it. Run from the repository root:
 python -m bench.profile_turn [--turns 300] [--messages 20 --tokens 8000] [--kind new]
+python -m bench.profile_turn --agent claude   # a Claude-Code-shaped session on /v1/messages
 """
 
 from __future__ import annotations
@@ -104,6 +105,53 @@ async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool
                 return elapsed / turns * 1000
 
 
+def agent_bodies(agent: str, turns: int, start: int) -> tuple[str, list[bytes]]:
+    """(path, bodies): an agent-shaped session from `start` tool steps on, a step a request."""
+    from bench import agents
+
+    make = agents.claude_session if agent == "claude" else agents.codex_session
+    body = make("profile", start)
+    out = []
+    for n in range(start, start + turns + 21):
+        out.append(json.dumps(body).encode())
+        body = agents.next_turn(agent, body, n)
+    return agents.PATHS[agent], out
+
+
+async def drive_agent(agent: str, turns: int, start: int, profile: bool) -> float:
+    from proxy.app import create_app
+
+    path, bodies = agent_bodies(agent, turns, start)
+    headers = {"content-type": "application/json"}
+    with tempfile.TemporaryDirectory() as tmp:
+        app = create_app(settings_for(Path(tmp) / "p.db"), transport=mock_upstream())
+        inline_threadpool()
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as cl:
+                for b in bodies[:21]:
+                    r = await cl.post(path, content=b, headers=headers)
+                    assert r.status_code == 200, r.text
+                prof = None
+                if profile:
+                    from pyinstrument import Profiler
+
+                    prof = Profiler(interval=0.0005, async_mode="disabled")
+                    prof.start()
+                t0, cpu0 = time.perf_counter(), time.process_time()
+                for b in bodies[21:]:
+                    r = await cl.post(path, content=b, headers=headers)
+                    assert r.status_code == 200, r.text
+                elapsed = time.perf_counter() - t0
+                cpu = time.process_time() - cpu0
+                if prof is not None:
+                    prof.stop()
+                    print(prof.output_text(unicode=False, color=False, show_all=False))
+                # CPU time too: on a shared machine the wall clock also counts other processes.
+                print(f"CPU {cpu / turns * 1000:.2f} ms per request")
+                return elapsed / turns * 1000
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.profile_turn", description=__doc__)
     ap.add_argument("--turns", type=int, default=300)
@@ -111,7 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=8000)
     ap.add_argument("--kind", choices=["continuing", "new"], default="continuing")
     ap.add_argument("--no-profile", action="store_true", help="time only")
+    ap.add_argument(
+        "--agent",
+        choices=["claude", "codex"],
+        help="an agent-shaped continuing session (bench/agents.py) instead of the chat history",
+    )
+    ap.add_argument("--start", type=int, default=20, help="the agent session's tool steps first")
     args = ap.parse_args(argv)
+    if args.agent:
+        run = drive_agent(args.agent, args.turns, args.start, not args.no_profile)
+        ms = asyncio.run(run)
+        print(f"{args.agent}-shaped session from {args.start} steps: {ms:.2f} ms per request")
+        return 0
     ms = asyncio.run(drive(args.turns, args.messages, args.tokens, args.kind, not args.no_profile))
     print(f"{args.kind}, {args.messages} messages ~{args.tokens:,} tokens: {ms:.2f} ms per request")
     return 0

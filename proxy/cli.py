@@ -183,8 +183,12 @@ def _upgrade(settings: Settings) -> str:
     """Create or upgrade the database; say which it did and where it is."""
     from sqlalchemy.exc import OperationalError
 
+    from proxy.store.engine import DriverMissing
+
     try:
         return _create_or_upgrade(settings)
+    except DriverMissing as exc:
+        raise DatabaseUnavailable(str(exc)) from None
     except OperationalError as exc:
         where = _safe_url(settings.database_url)
         raise DatabaseUnavailable(
@@ -229,8 +233,13 @@ def migrate(settings: Settings) -> int:
 
 def show_sessions(settings: Settings, session_id: str | None, limit: int) -> int:
     from proxy.store import Store
+    from proxy.store.engine import DriverMissing
 
-    store = Store(settings.database_url)
+    try:
+        store = Store(settings.database_url)
+    except DriverMissing as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
     db_file = store.sqlite_path()
     try:
         if db_file is not None and not db_file.exists():  # don't leave an empty file behind

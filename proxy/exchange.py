@@ -73,7 +73,10 @@ async def _exchange(
 ) -> Response:
     # The wire shape checked; `sendable` is what is compiled and sent (repaired, if the policy
     # says so), while `body` stays the raw request, stored as the client sent it.
-    chat, sendable = await prepare(body, services.settings.compaction.invalid_pairing)
+    settings = services.settings
+    chat, sendable = await prepare(
+        body, settings.compaction.invalid_pairing, settings.forward_client_identity
+    )
     upstream = services.settings.upstream_for(chat.model)
     if upstream is None:
         raise ModelNotFound(chat.model)

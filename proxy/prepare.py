@@ -8,6 +8,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from proxy import pairing
+from proxy.privacy import without_identity
 from proxy.protocol import ChatHead, chat_head
 
 # Up to this many messages the checks take well under a millisecond: the thread hop would cost
@@ -15,15 +16,19 @@ from proxy.protocol import ChatHead, chat_head
 OFF_LOOP_MESSAGES = 500
 
 
-async def prepare(body: dict[str, Any], policy: str) -> tuple[ChatHead, dict[str, Any]]:
-    """(what the exchange needs of the request, the body to compile and forward)."""
+async def prepare(
+    body: dict[str, Any], policy: str, identity: bool = False
+) -> tuple[ChatHead, dict[str, Any]]:
+    """(what the exchange needs of the request, the body to compile and forward); the client's
+    identity fields go only with `identity` (they still name the session, from `body`)."""
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > OFF_LOOP_MESSAGES:
-        return await run_in_threadpool(_checked, body, policy)
-    return _checked(body, policy)
+        return await run_in_threadpool(_checked, body, policy, identity)
+    return _checked(body, policy, identity)
 
 
-def _checked(body: dict[str, Any], policy: str) -> tuple[ChatHead, dict[str, Any]]:
+def _checked(body: dict[str, Any], policy: str, identity: bool) -> tuple[ChatHead, dict[str, Any]]:
     chat = chat_head(body)  # validated as parse_chat does, without a model per message
     # What is compiled and sent; `body` stays the raw request, stored as the client sent it.
-    return chat, pairing.apply_policy(body, policy)
+    sendable = pairing.apply_policy(body, policy)
+    return chat, sendable if identity else without_identity(sendable)

@@ -142,6 +142,8 @@ class Settings(BaseSettings):
     recall: RecallSettings = RecallSettings()
     log_level: str = "info"
     log_content: bool = False  # message text in the access log (privacy: off by default)
+    # The client's `user`, `safety_identifier` and `metadata.user_id` forwarded upstream.
+    forward_client_identity: bool = False
 
     @classmethod
     def settings_customise_sources(

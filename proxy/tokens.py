@@ -9,12 +9,15 @@ calibrated from the upstream's reported usage.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
 import tiktoken
 
 from strategies.base import Message, canonical_json, content_key
@@ -26,6 +29,7 @@ PER_TOOL_CALL = 3
 REPLY_PRIMING = 3
 PER_TOOL_SCHEMA = 8
 IMAGE_TOKENS = 765
+TOOL_LISTS = 256  # distinct tool lists whose counts are kept (an agent has one or two)
 # Keys whose values are framing or routing, not text the model reads.
 _STRUCTURAL = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
 
@@ -36,13 +40,15 @@ class TokenCounter:
         encoding: str = ENCODING,
         *,
         image_tokens: int = IMAGE_TOKENS,
-        cache_size: int = 100_000,
+        cache_size: int = 20_000,  # about 5 MB: keys are digests, values ints
     ):
         self._enc = tiktoken.get_encoding(encoding)
         self.image_tokens = image_tokens
         self.cache_size = cache_size
         self.correction = 1.0  # upstream tokens per tiktoken token; calibrated later
         self._cache: OrderedDict[str, int] = OrderedDict()
+        # Tool lists by their JSON: an agent sends the same ~24 definitions every turn.
+        self._tools: OrderedDict[bytes, int] = OrderedDict()
 
     # -- raw counts (tiktoken tokens, uncorrected) --------------------------------------------
 
@@ -55,7 +61,8 @@ class TokenCounter:
         key = key or content_key(msg)
         cached = self._cache.get(key)
         if cached is not None:
-            self._cache.move_to_end(key)
+            with contextlib.suppress(KeyError):  # another thread may have just evicted it
+                self._cache.move_to_end(key)
             return cached
         count = self._count_uncached(msg)
         self._cache[key] = count
@@ -69,6 +76,20 @@ class TokenCounter:
     def count_tools(self, tools: Sequence[Any] | None) -> int:
         if not tools:
             return 0
+        try:  # the key only: equal bytes are equal definitions, whatever orjson does to floats
+            key = hashlib.sha256(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)).digest()
+        except (orjson.JSONEncodeError, TypeError):
+            return self._count_tools(tools)
+        cached = self._tools.get(key)
+        if cached is None:
+            cached = self._tools[key] = self._count_tools(tools)
+            while len(self._tools) > TOOL_LISTS:
+                self._tools.popitem(last=False)
+        with contextlib.suppress(KeyError):  # another thread may have just evicted it
+            self._tools.move_to_end(key)
+        return cached
+
+    def _count_tools(self, tools: Sequence[Any]) -> int:
         return sum(self.text(canonical_json(t)) + PER_TOOL_SCHEMA for t in tools)
 
     # -- the one place a raw count becomes an estimate ------------------------------------------

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 
 from strategies.evidence import evidence
+from strategies.memo import text_cache
 
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|\d+")
 _SPACE = re.compile(r"\s+")
@@ -75,7 +75,7 @@ def marker(count: int, similar: bool = False) -> str:
     return f"[… {count:,} {kind} elided …]"
 
 
-@lru_cache(maxsize=2048)
+@text_cache()
 def elide(text: str, head: int, tail: int) -> tuple[str, int, int] | None:
     """Evidence, head and tail verbatim, the rest as markers.
 

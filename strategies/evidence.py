@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+
+from strategies.memo import text_cache
 
 Lines = Sequence[str]
 # Given the lines and the start index, return the indexes of the block (start included).
@@ -201,7 +202,7 @@ def ranked(lines: Lines) -> list[int]:
     return [i for t in (0, 1, 2) for i in _both_ends(tiers[t])]
 
 
-@lru_cache(maxsize=8192)
+@text_cache()
 def bears_evidence(text: str) -> bool:
     """Whether any line of the text starts an evidence block. Cached: asked on every compaction."""
     return any(r.start.search(line) for line in text.split("\n") for r in RULES)

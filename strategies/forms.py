@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
 from typing import Any
 
 from strategies.base import Message, canonical_json, recall_ref, text_of, tool_calls, with_content
 from strategies.elide import render
 from strategies.evidence import evidence, ranked
+from strategies.memo import text_cache
 
 MAX_EVIDENCE_LINES = 40  # phase-1 keeps the last ones: the final error is nearest the end
 # A placeholder that keeps evidence keeps only the most telling lines: a fold must stay small.
@@ -69,7 +69,7 @@ def folded_user(msg: Message, *, min_chars: int) -> Message | None:
     return with_content(msg, "\n".join((header, *([head, "…"] if head else []), *kept)))
 
 
-@lru_cache(maxsize=4096)
+@text_cache()
 def excerpt(text: str) -> tuple[str, ...]:
     """The most telling evidence lines that fit EXCERPT_LINES and EXCERPT_CHARS, in text order.
 
@@ -110,7 +110,7 @@ def truncated(msg: Message, head_chars: int) -> Message | None:
     return with_content(msg, f"{body}\n{note}")
 
 
-@lru_cache(maxsize=4096)
+@text_cache()
 def _truncate(text: str, head_chars: int) -> tuple[str, int]:
     """Cached: an old output is truncated again on every turn of a session."""
     lines = text.split("\n")

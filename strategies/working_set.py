@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 
 from strategies.base import Context, Message, text_of
 from strategies.evidence import bears_evidence
+from strategies.memo import text_cache
 
 FAILING_TESTS = re.compile(
     r"^(?:FAILED|ERROR) \S|^\s*--- FAIL: |^test \S+ \.\.\. FAILED$|^\s+[✕×] |^FAIL\s+\S",
@@ -20,7 +20,7 @@ FAILING_TESTS = re.compile(
 )
 
 
-@lru_cache(maxsize=8192)
+@text_cache()
 def lists_failing_tests(text: str) -> bool:
     return FAILING_TESTS.search(text) is not None
 

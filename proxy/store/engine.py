@@ -27,10 +27,21 @@ RETRIES = 8
 RETRY_SQLSTATES = {"40001", "40P01"}
 
 
+class DriverMissing(Exception):
+    """The database URL names a driver that is not installed; the message says what to install."""
+
+
+# What to install for each driver a URL can name; the rest get the driver's own module name.
+DRIVER_PACKAGES = {"psycopg": "pip install 'ctxproxy[postgres]'"}
+
+
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
+        try:
+            return create_engine(parsed, pool_pre_ping=True)
+        except ImportError as exc:  # the dialect imports its driver when the engine is built
+            raise _driver_missing(parsed.drivername, exc) from None
     in_memory = parsed.database in (None, "", ":memory:")
     engine = create_engine(
         parsed,
@@ -39,6 +50,12 @@ def make_engine(url: str) -> Engine:
     )
     _tune_sqlite(engine)
     return engine
+
+
+def _driver_missing(drivername: str, exc: ImportError) -> DriverMissing:
+    driver = drivername.partition("+")[2] or (exc.name or drivername)
+    hint = DRIVER_PACKAGES.get(driver, f"install the Python package for '{driver}'")
+    return DriverMissing(f"database_url needs the {driver} driver, which is not installed: {hint}")
 
 
 def _tune_sqlite(engine: Engine) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
 from proxy.store import history, liveness, reads, states, writes
+from proxy.store.digest import fast_message_hash
 from proxy.store.engine import Writer, insert_ignore, make_engine
 from proxy.store.models import (
     CompiledRef,
@@ -429,4 +430,4 @@ class Store:
 
 
 def hash_messages(messages: list[dict[str, Any]]) -> history.Hashes:
-    return history.Hashes(message_hash(m) for m in messages)
+    return history.Hashes(fast_message_hash(m) for m in messages)

@@ -17,6 +17,7 @@ from proxy import exchange
 from proxy import upstream as up
 from proxy.compiler import Compiled
 from proxy.errors import ProxyError, UpstreamInvalid
+from proxy.privacy import without_identity
 from proxy.relay import relay
 from proxy.wire.events import Assembler, relay_native
 from proxy.wire.groups import Conversion
@@ -105,6 +106,8 @@ class Wire:
 
     async def _post(self, turn: Any, upstream: Any, view: list[dict[str, Any]]) -> httpx.Response:
         outgoing = self._limited(self.codec.from_view(view, self.conversion), turn.limit)
+        if not turn.services.settings.forward_client_identity:
+            outgoing = without_identity(outgoing)
         try:
             return await up.send(
                 turn.services.client,

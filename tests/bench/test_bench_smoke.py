@@ -35,6 +35,18 @@ def test_overhead_runs_on_a_tiny_history(tmp_path: Path) -> None:
     assert [p["messages"] for p in data["growth"]["ctxproxy"]] == [20, 40, 80]
     assert all(r["status"] == 200 for r in data["stall"]["ctxproxy"].values())
     assert data["memory"]["ctxproxy"]["rss_after_mb"] > 0
+    for agent in ("claude", "codex"):  # Claude-Code- and Codex-shaped sessions
+        proxied = data["agents"][agent]["ctxproxy"]
+        assert "error" not in proxied, proxied
+        assert proxied["p50_ms"]["median"] > 0
+
+
+def test_soak_samples_rss_and_plots_it(tmp_path: Path) -> None:
+    out = run("bench.soak", "--sessions", "2", "--turns", "6", "--out", str(tmp_path))
+    assert "over the second half" in out
+    data = json.loads((tmp_path / "soak.json").read_text())
+    assert data["requests"] == 12 and data["rss_end_mb"] > 0
+    assert (tmp_path / "soak.png").stat().st_size > 0
 
 
 def test_scaling_runs_on_a_short_session(tmp_path: Path) -> None:

@@ -167,3 +167,20 @@ def test_a_database_that_cannot_be_opened_is_one_plain_line(
     assert "Traceback" not in err
     assert cli.main(["migrate", "--config", str(cfg)]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_postgresql_url_without_its_driver_says_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # None in sys.modules makes `import psycopg` fail as it does where the extra is not installed.
+    for name in [m for m in sys.modules if m == "psycopg" or m.startswith("psycopg.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("database_url: postgresql+psycopg://u@127.0.0.1:1/none\n")
+    for command in (["serve", "--port", str(free_port())], ["migrate"], ["sessions"]):
+        assert cli.main([*command, "--config", str(cfg)]) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        [line] = [x for x in err.splitlines() if x.startswith("ctxproxy: ")]
+        assert "pip install 'ctxproxy[postgres]'" in line and "psycopg" in line

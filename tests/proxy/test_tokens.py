@@ -104,3 +104,32 @@ def test_correction_applies_in_estimate_only():
 def test_cjk_is_not_estimated_as_chars_over_four(counter):
     cjk = "数据库连接失败，正在重试" * 10
     assert counter.text(cjk) > 2 * len(cjk) / 4
+
+
+def test_a_tool_list_seen_before_is_not_tokenized_again() -> None:
+    from proxy import tokens
+
+    counter = TokenCounter()
+    calls: list[str] = []
+    encode = counter.text
+    counter.text = lambda text: calls.append(text) or encode(text)  # type: ignore[method-assign]
+
+    def tools(description: str) -> list[dict]:
+        schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+        return [
+            {
+                "type": "function",
+                "function": {"name": "read", "description": description, "parameters": schema},
+            }
+        ]
+
+    first = counter.count_tools(tools("Read a file."))
+    assert len(calls) == 1
+    assert counter.count_tools(tools("Read a file.")) == first  # equal, built anew
+    assert len(calls) == 1
+    assert counter.count_tools(tools("Read a file, whole.")) > first
+    assert counter.corrected(1.3).count_tools(tools("Read a file.")) == first  # raw, shared
+    assert len(calls) == 2
+    for i in range(tokens.TOOL_LISTS + 10):
+        counter.count_tools(tools(f"tool {i}"))
+    assert len(counter._tools) == tokens.TOOL_LISTS

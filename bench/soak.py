@@ -1,0 +1,194 @@
+"""RSS of `ctxproxy serve` under sustained load: N agent sessions × T turns at a small window.
+
+Each session is an agent loop (tool call, tool output) that grows by two messages a turn, so
+every turn past the first few is compacted. The proxy process's RSS is sampled every half
+second; the figure that matters is its growth over the second half of the turns (it should
+level off). Writes bench/results/soak.json and soak.png. Run from the repository root:
+python -m bench.soak [--sessions 32 --turns 200 --window 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import common as c
+from bench.overhead import rss_mb
+
+
+def session_start(session: int) -> list[dict[str, Any]]:
+    """Session `session`'s first request: its own task."""
+    return [
+        {"role": "system", "content": c.SYSTEM},
+        {"role": "user", "content": f"{c.TASK} (session {session})"},
+    ]
+
+
+def step(session: int, n: int) -> list[dict[str, Any]]:
+    """The two messages turn n adds: each session's outputs are its own."""
+    k = session * 100_000 + n
+    return [c.assistant_step(k), c.tool_step(k)]
+
+
+async def send(conn: c.Conn, request: bytes) -> tuple[int, float, bytes]:
+    """(status, seconds, body); once more on a new connection if the server closed an idle one."""
+    for attempt in (1, 2):
+        try:
+            status, _, total, out = await conn.send(request)
+            return status, total, out
+        except (asyncio.IncompleteReadError, ConnectionError):
+            await conn.close()
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def drive(target: c.Target, sessions: int, turns: int, done: list[int]) -> float:
+    """Every session's turns back to back, sessions concurrently; the median ms per turn."""
+    latencies: list[float] = []
+
+    async def one(session: int) -> None:
+        conn = c.Conn(target.server.port)
+        messages = session_start(session)
+        try:
+            for turn in range(turns):
+                body = {"model": c.MODEL, "messages": messages}
+                status, total, out = await send(conn, target.request(body))
+                if status != 200:
+                    raise c.BenchError(f"HTTP {status}: {out[:300]!r}")
+                latencies.append(total * 1000)
+                done[0] += 1
+                messages = [*messages, *step(session, turn)]
+        finally:
+            await conn.close()
+
+    await asyncio.gather(*(one(s) for s in range(sessions)))
+    return c.median(latencies)
+
+
+async def sample(pid: int, done: list[int], out: list[tuple[float, int, float]]) -> None:
+    t0 = time.monotonic()
+    while True:
+        out.append((time.monotonic() - t0, done[0], rss_mb(pid)))
+        await asyncio.sleep(0.5)
+
+
+async def soak(target: c.Target, sessions: int, turns: int) -> dict[str, Any]:
+    assert target.server.proc is not None
+    done = [0]
+    samples: list[tuple[float, int, float]] = []
+    sampler = asyncio.create_task(sample(target.server.proc.pid, done, samples))
+    started = time.monotonic()
+    try:
+        p50 = await drive(target, sessions, turns, done)
+    finally:
+        sampler.cancel()
+    samples.append((time.monotonic() - started, done[0], rss_mb(target.server.proc.pid)))
+    total = sessions * turns
+    half = next(rss for _, n, rss in samples if n >= total // 2)
+    end = samples[-1][2]
+    return {
+        "sessions": sessions,
+        "turns": turns,
+        "requests": total,
+        "seconds": time.monotonic() - started,
+        "p50_ms": p50,
+        "rss_start_mb": samples[0][2],
+        "rss_half_mb": half,
+        "rss_end_mb": end,
+        "second_half_growth_pct": (end - half) / half * 100,
+        "samples": samples,
+    }
+
+
+def plot(result: dict[str, Any], out: Path) -> Path:
+    plt = c.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    xs = [n for _, n, _ in result["samples"]]
+    ax.plot(xs, [r for _, _, r in result["samples"]], lw=1.5)
+    ax.axvline(result["requests"] / 2, color="grey", ls=":", lw=1)
+    ax.set_xlabel("requests done")
+    ax.set_ylabel("RSS of ctxproxy serve (MiB)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(
+        f"{result['sessions']} sessions × {result['turns']} turns at a {result['window']:,}-token "
+        f"window: {result['second_half_growth_pct']:+.1f}% over the second half",
+        fontsize=9,
+    )
+    return c.save_plot(fig, result.get("name", "soak"), out)
+
+
+def plot_runs(paths: list[Path], out: Path) -> Path:
+    """Several soak results (JSON) on one chart, labelled by their file names."""
+    plt = c.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for path in paths:
+        result = json.loads(path.read_text())
+        ax.plot(
+            [n for _, n, _ in result["samples"]],
+            [r for _, _, r in result["samples"]],
+            lw=1.5,
+            label=f"{path.stem}: {result['second_half_growth_pct']:+.1f}% over the second half",
+        )
+    ax.axvline(result["requests"] / 2, color="grey", ls=":", lw=1)
+    ax.set_xlabel("requests done")
+    ax.set_ylabel("RSS of ctxproxy serve (MiB)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(
+        f"{result['sessions']} sessions × {result['turns']} turns at a "
+        f"{result['window']:,}-token window",
+        fontsize=9,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
+    ap.add_argument("--sessions", type=int, default=32)
+    ap.add_argument("--turns", type=int, default=200)
+    ap.add_argument("--window", type=int, default=4096)
+    ap.add_argument("--out", type=Path, default=c.RESULTS, help="results folder")
+    ap.add_argument("--name", default="soak", help="results file name")
+    ap.add_argument(
+        "--plot", nargs="+", type=Path, metavar="JSON", help="only plot these results together"
+    )
+    args = ap.parse_args(argv)
+    if args.plot:
+        print(f"wrote {plot_runs(args.plot, args.out / f'{args.name}.png')}")
+        return 0
+    wd = c.workdir("ctxproxy-bench-soak-")
+    servers: list[c.Server] = []
+    try:
+        upstream = c.start_upstream(wd)
+        servers.append(upstream)
+        proxy = c.start_ctxproxy(wd, upstream, window=args.window)
+        servers.append(proxy)
+        if proxy.error:
+            raise RuntimeError(proxy.error)
+        result = asyncio.run(soak(c.Target("ctxproxy", proxy), args.sessions, args.turns))
+    finally:
+        for s in reversed(servers):
+            s.stop()
+    result |= {"window": args.window, "name": args.name, "date": c.now(), "machine": c.machine()}
+    print(
+        f"{args.sessions} sessions × {args.turns} turns at a {args.window:,}-token window, "
+        f"{result['seconds']:.0f} s, p50 {result['p50_ms']:.1f} ms per turn; RSS "
+        f"{result['rss_start_mb']:.0f} → {result['rss_half_mb']:.0f} MiB at half-way → "
+        f"{result['rss_end_mb']:.0f} MiB ({result['second_half_growth_pct']:+.1f}% over the "
+        "second half)"
+    )
+    print(f"wrote {c.write_json(args.name, result, args.out)} and {plot(result, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

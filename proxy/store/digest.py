@@ -1,0 +1,48 @@
+"""Message hashes as strategies.base.message_hash makes them, without walking each message in
+Python first: orjson writes the bytes, and only a message that may hold a float is checked."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+
+from strategies.base import message_hash
+
+# Where orjson's output may hold a number with a fraction or an exponent: a float, which
+# orjson may write otherwise than the standard encoder. Inside a string such bytes are only
+# a false alarm (the exact path runs); outside one, every float matches.
+_MAYBE_FLOAT = re.compile(rb"[:,\[]-?[0-9]+[.eE]")
+
+
+# orjson's bytes' digest -> message_hash, for messages already seen: an agent resends its
+# whole history every turn, and only the new messages need the float scan.
+SEEN = 20_000  # about 4 MB
+_seen: OrderedDict[bytes, str] = OrderedDict()
+_lock = threading.Lock()
+
+
+def fast_message_hash(msg: Any) -> str:
+    """message_hash(msg), the same hex digest, for a fraction of the time on common messages."""
+    try:
+        data = orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):  # surrogates, big integers, odd keys
+        return message_hash(msg)
+    digest = hashlib.sha256(data)
+    key = digest.digest()
+    known = _seen.get(key)
+    if known is not None:
+        with contextlib.suppress(KeyError):  # another thread may have just evicted it
+            _seen.move_to_end(key)
+        return known
+    exact = message_hash(msg) if _MAYBE_FLOAT.search(data) else digest.hexdigest()
+    with _lock:
+        _seen[key] = exact
+        while len(_seen) > SEEN:
+            _seen.popitem(last=False)
+    return exact
