@@ -152,13 +152,15 @@ def opencode(
     )
 
 
-def qwen(bin_dir: Path, home: Path, proxy: str, model: str) -> Agent:
+def qwen(bin_dir: Path, home: Path, proxy: str, model: str, max_output: int | None) -> Agent:
     settings = {"privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False}}
     env = base_env(home, [bin_dir]) | {
         "OPENAI_BASE_URL": f"{proxy}/v1",
         "OPENAI_API_KEY": "dummy",
         "OPENAI_MODEL": model,
     }
+    if max_output:
+        env["QWEN_CODE_MAX_OUTPUT_TOKENS"] = str(max_output)
     cli = str(bin_dir / "qwen")
     flags = ["--auth-type", "openai", "--yolo", "-o", "stream-json"]
     return Agent(

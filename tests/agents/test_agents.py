@@ -9,6 +9,9 @@ CLI.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,11 +48,23 @@ def audit(proxy: str) -> Audit:
 
 
 def drive(agent: clis.Agent, scene: clis.Scene, record: list[dict[str, Any]], label: str) -> Audit:
+    """Run the task and its continuation; CTXPROXY_AGENTS_DUMP=dir keeps what the upstream got."""
+    try:
+        return _drive(agent, scene, record, label)
+    finally:
+        if dump := os.environ.get("CTXPROXY_AGENTS_DUMP"):
+            name = re.sub(r"[^\w.-]+", "_", label)
+            Path(dump, f"{name}.json").write_text(json.dumps(scene.coder.received, indent=1))
+
+
+def _drive(agent: clis.Agent, scene: clis.Scene, record: list[dict[str, Any]], label: str) -> Audit:
     """Run the task, check it as a user would, run the continuation, check again."""
     agent.prepare()
     ran = clis.run(agent, agent.first, scene.repo)
     first = audit(scene.proxy)
-    assert first.exchanges, f"{label}: no request reached ctxproxy\n{ran.err[-3000:]}"
+    assert first.exchanges, (
+        f"{label}: no request reached ctxproxy\n{ran.out[-2000:]}{ran.err[-2000:]}"
+    )
     refused = [x for x in first.exchanges if x["status"] != 200]
     assert not refused, f"{label}: refused requests {_refusals(scene.proxy, first)}"
     assert ran.code == 0, f"{label}: exit {ran.code}\n{ran.out[-2000:]}\n{ran.err[-2000:]}"
@@ -143,12 +158,18 @@ def test_opencode_compacted_by_ctxproxy(
     assert any(_calls(m, RECALL) for m in scene.coder.answered), "recall was never offered"
 
 
+@pytest.mark.parametrize("max_output", [None, 4096])
 def test_qwen_code(
-    scene: clis.Scene, ctxproxy: Any, npm_bin: Path, record: list[dict[str, Any]]
+    max_output: int | None,
+    scene: clis.Scene,
+    ctxproxy: Any,
+    npm_bin: Path,
+    record: list[dict[str, Any]],
 ) -> None:
-    """Qwen Code at 32k with its default settings (it asks max_tokens 32000 of unknown models)."""
-    agent = clis.qwen(npm_bin, scene.home, ctxproxy(32768), LOCAL_MODEL)
-    drive(agent, scene, record, "qwen-code 32k")
+    """Qwen Code at 32k with its default settings (it asks max_tokens 32000 of a model it does
+    not know), and with its own output limit set as its docs say."""
+    agent = clis.qwen(npm_bin, scene.home, ctxproxy(32768), LOCAL_MODEL, max_output)
+    drive(agent, scene, record, f"qwen-code 32k, max output {max_output or 'default'}")
 
 
 def test_aider(
