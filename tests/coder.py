@@ -203,7 +203,9 @@ class Coder:
         system = " ".join(text_of(m) for m in messages if m.get("role") == "system")
         if "SEARCH" not in system:
             return "Summary: the user asked to fix a failing test; the bug was fixed."
-        if any(FIX in text_of(m) for m in messages if m.get("role") == "assistant"):
+        latest = next((text_of(m) for m in reversed(messages) if m.get("role") == "user"), "")
+        fixed = any(FIX in text_of(m) for m in messages if m.get("role") == "assistant")
+        if AGAIN in latest or fixed:
             return "done: the tests pass."
         source = self.sources[0]
         return (

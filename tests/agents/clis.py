@@ -193,4 +193,7 @@ def aider(executable: Path, home: Path, proxy: str, model: str, files: list[str]
         "python3 -m pytest -q",
     ]
     env = base_env(home, []) | {"AIDER_CHECK_UPDATE": "false"}
-    return Agent("aider", env, [str(executable), *flags, "--message", TASK, *files], None)
+    cli = [str(executable), *flags]
+    # aider continues by reloading its chat history file, which it summarises when too long.
+    again = [*cli, "--restore-chat-history", "--message", AGAIN, *files]
+    return Agent("aider", env, [*cli, "--message", TASK, *files], again)
