@@ -62,12 +62,12 @@ def _drive(agent: clis.Agent, scene: clis.Scene, record: list[dict[str, Any]], l
     agent.prepare()
     ran = clis.run(agent, agent.first, scene.repo)
     first = audit(scene.proxy)
-    assert first.exchanges, (
-        f"{label}: no request reached ctxproxy\n{ran.out[-2000:]}{ran.err[-2000:]}"
-    )
+    said = cli_errors(ran.out)
+    assert first.exchanges, f"{label}: no request recorded; the CLI said {said or ran.err[-2000:]}"
     refused = [x for x in first.exchanges if x["status"] != 200]
     assert not refused, f"{label}: refused requests {_refusals(scene.proxy, first)}"
     assert ran.code == 0, f"{label}: exit {ran.code}\n{ran.out[-2000:]}\n{ran.err[-2000:]}"
+    assert not said, f"{label}: the CLI reported errors {said}"
     passed, report = tests_pass(scene.repo)
     assert passed, f"{label}: the scratch repo's tests still fail\n{report}"
     check_audit(first, label)
@@ -76,6 +76,7 @@ def _drive(agent: clis.Agent, scene: clis.Scene, record: list[dict[str, Any]], l
     if agent.again is not None:
         again = clis.run(agent, agent.again, scene.repo)
         assert again.code == 0, f"{label} continued: exit {again.code}\n{again.err[-2000:]}"
+        assert not cli_errors(again.out), f"{label} continued: {cli_errors(again.out)}"
         after = audit(scene.proxy)
         check_audit(after, label + " continued")
         assert len(after.exchanges) > len(first.exchanges), "the continuation sent nothing"
@@ -94,6 +95,21 @@ def _drive(agent: clis.Agent, scene: clis.Scene, record: list[dict[str, Any]], l
         }
     )
     return first
+
+
+def cli_errors(output: str) -> list[str]:
+    """Errors a CLI reported in its JSON events (Claude Code exits 0 after an API error)."""
+    found = []
+    for line in output.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and (
+            event.get("is_error") is True or event.get("type") in ("error", "turn.failed")
+        ):
+            found.append(line[:600])
+    return found
 
 
 def check_audit(found: Audit, label: str) -> None:
