@@ -209,7 +209,9 @@ class Coder:
             return "done: the tests pass."
         source = self.sources[0]
         return (
-            f"The function subtracts instead of adding.\n\n{source}\n```python\n"
+            "The test expects add(2, 3) == 5, but `add` returns `a - b`: it subtracts instead"
+            " of adding. Replacing the operator fixes it; `mul` is right as it is.\n\n"
+            f"{source}\n```python\n"
             f"<<<<<<< SEARCH\n    {BUG}\n=======\n    {FIX}\n>>>>>>> REPLACE\n```\n"
         )
 

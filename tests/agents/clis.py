@@ -193,7 +193,9 @@ def aider(executable: Path, home: Path, proxy: str, model: str, files: list[str]
         "python3 -m pytest -q",
     ]
     env = base_env(home, []) | {"AIDER_CHECK_UPDATE": "false"}
-    cli = [str(executable), *flags]
+    # A small chat-history budget, as for a small window: the continuation's reloaded history
+    # is summarised by aider's own side requests, which must stay in the session.
+    cli = [str(executable), *flags, "--max-chat-history-tokens", "64"]
     # aider continues by reloading its chat history file, which it summarises when too long.
     again = [*cli, "--restore-chat-history", "--message", AGAIN, *files]
     return Agent("aider", env, [*cli, "--message", TASK, *files], again)
