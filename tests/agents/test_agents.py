@@ -174,6 +174,14 @@ def test_opencode_compacted_by_ctxproxy(
     assert any(_calls(m, RECALL) for m in scene.coder.answered), "recall was never offered"
 
 
+def test_opencode_with_its_own_compaction(
+    scene: clis.Scene, ctxproxy: Any, npm_bin: Path, record: list[dict[str, Any]]
+) -> None:
+    """opencode at 16k with its own compaction on, as shipped: one session all the same."""
+    agent = clis.opencode(npm_bin, scene.home, ctxproxy(16384), LOCAL_MODEL, 16384, True)
+    drive(agent, scene, record, "opencode 16k, own compaction on")
+
+
 @pytest.mark.parametrize("max_output", [None, 4096])
 def test_qwen_code(
     max_output: int | None,
