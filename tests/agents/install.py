@@ -23,6 +23,8 @@ NPM_PACKAGES = {
     "@qwen-code/qwen-code": "0.24.4",
 }
 AIDER = "aider-chat==0.86.2"
+# Without a registry, say so in seconds rather than after npm's minutes of retries.
+FAIL_FAST = ["--fetch-retries=1", "--fetch-retry-mintimeout=1000", "--fetch-retry-maxtimeout=3000"]
 
 
 class Unavailable(RuntimeError):
@@ -67,6 +69,7 @@ def ensure_npm() -> Path:
             return bin_dir
         specs = [f"{name}@{version}" for name, version in NPM_PACKAGES.items()]
         cmd = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact"]
+        cmd += FAIL_FAST
         _run([*cmd, *specs], "npm install")
     if npm_installed(prefix) != NPM_PACKAGES:
         raise Unavailable(f"npm install left {npm_installed(prefix)}, want {NPM_PACKAGES}")
@@ -95,5 +98,8 @@ def _run(cmd: list[str], what: str) -> None:
     except subprocess.TimeoutExpired as exc:
         raise Unavailable(f"{what} timed out after 900 s (no registry reachable?)") from exc
     if result.returncode != 0:
-        tail = (result.stderr or result.stdout).strip()[-800:]
-        raise Unavailable(f"{what} failed (exit {result.returncode}): {tail}")
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        # npm's first error lines name the cause (code, URL); its last ones are a stack trace.
+        said = [line for line in lines if "error" in line.lower() and " at " not in line]
+        reason = " | ".join((said or lines)[:4])[:800]
+        raise Unavailable(f"{what} failed (exit {result.returncode}): {reason}")
