@@ -76,7 +76,7 @@ def make_repo(root: Path, functions: int = 24) -> list[str]:
     return ["calc/arith.py", *PADDING]
 
 
-def tests_pass(root: Path) -> tuple[bool, str]:
+def repo_tests_pass(root: Path) -> tuple[bool, str]:
     """Run the scratch repo's tests ourselves, after the agent is done."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q"],

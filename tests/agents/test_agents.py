@@ -21,7 +21,7 @@ import pytest
 
 from strategies.invariants import pairing_faults
 from tests.agents import clis
-from tests.agents.repo import tests_pass
+from tests.agents.repo import repo_tests_pass
 from tests.coder import RECALL
 
 pytestmark = pytest.mark.agents
@@ -68,7 +68,7 @@ def _drive(agent: clis.Agent, scene: clis.Scene, record: list[dict[str, Any]], l
     assert not refused, f"{label}: refused requests {_refusals(scene.proxy, first)}"
     assert ran.code == 0, f"{label}: exit {ran.code}\n{ran.out[-2000:]}\n{ran.err[-2000:]}"
     assert not said, f"{label}: the CLI reported errors {said}"
-    passed, report = tests_pass(scene.repo)
+    passed, report = repo_tests_pass(scene.repo)
     assert passed, f"{label}: the scratch repo's tests still fail\n{report}"
     check_audit(first, label)
     check_no_recall(scene, ran.out, label)
@@ -91,6 +91,8 @@ def _drive(agent: clis.Agent, scene: clis.Scene, record: list[dict[str, Any]], l
             "exchanges": len(first.exchanges),
             "compactions": sum(1 for x in first.exchanges if x["phases"]),
             "recalls": sum(1 for m in scene.coder.answered if _calls(m, RECALL)),
+            # Titles, summaries: what the CLI asked besides the task (its own compaction).
+            "toolless": sum(1 for body in scene.coder.received if not body.get("tools")),
             "seconds": round(seconds, 1),
         }
     )
@@ -177,8 +179,9 @@ def test_opencode_compacted_by_ctxproxy(
 def test_opencode_with_its_own_compaction(
     scene: clis.Scene, ctxproxy: Any, npm_bin: Path, record: list[dict[str, Any]]
 ) -> None:
-    """opencode at 16k with its own compaction on, as shipped: one session all the same."""
-    agent = clis.opencode(npm_bin, scene.home, ctxproxy(16384), LOCAL_MODEL, 16384, True)
+    """opencode with its own compaction on, told of a smaller window than ctxproxy's 16k so
+    that its compaction fires: its summary requests stay in the session."""
+    agent = clis.opencode(npm_bin, scene.home, ctxproxy(16384), LOCAL_MODEL, 12288, True)
     drive(agent, scene, record, "opencode 16k, own compaction on")
 
 
