@@ -1,0 +1,93 @@
+"""Fixtures for the real agent CLIs: pinned installs, the coding upstream, ctxproxy per window."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.settings import Settings
+from tests.agents.clis import Scene
+from tests.agents.install import Unavailable, ensure_aider, ensure_npm
+from tests.agents.repo import make_repo
+from tests.coder import Coder
+from tests.conftest import make_settings
+from tests.servers import ServerThread
+
+RUNS = pytest.StashKey[list[dict[str, Any]]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[RUNS] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line per CLI run: what a reader of the CI log wants to see at a glance."""
+    runs = config.stash.get(RUNS, [])
+    if runs:
+        terminalreporter.write_sep("-", "agent CLI runs through ctxproxy")
+        for run in runs:
+            terminalreporter.write_line("  ".join(f"{k}={v}" for k, v in run.items()))
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
+    return request.config.stash[RUNS]
+
+
+@pytest.fixture(scope="session")
+def npm_bin() -> Path:
+    try:
+        return ensure_npm()
+    except Unavailable as exc:
+        pytest.skip(f"the npm agent CLIs cannot be installed here: {exc}")
+
+
+@pytest.fixture(scope="session")
+def aider_bin() -> Path:
+    try:
+        return ensure_aider()
+    except Unavailable as exc:
+        pytest.skip(f"aider cannot be installed here: {exc}")
+
+
+@pytest.fixture(scope="session")
+def coder_server() -> Iterator[tuple[Coder, ServerThread]]:
+    coder = Coder(python=sys.executable)
+    with ServerThread(coder.app) as server:
+        yield coder, server
+
+
+@pytest.fixture
+def scene(tmp_path: Path, coder_server: tuple[Coder, ServerThread]) -> Scene:
+    coder, _ = coder_server
+    repo = tmp_path / "repo"
+    coder.reset(repo, make_repo(repo))
+    return Scene(repo, tmp_path / "home", coder)
+
+
+@pytest.fixture
+def ctxproxy(
+    tmp_path: Path,
+    scene: Scene,
+    coder_server: tuple[Coder, ServerThread],
+    start_proxy: Callable[[Settings], ServerThread],
+) -> Callable[[int], str]:
+    """Start ctxproxy with a `kind: openai` upstream of the given window; returns its URL."""
+
+    def start(window: int) -> str:
+        upstream = {
+            "name": "coder",
+            "kind": "openai",
+            "base_url": coder_server[1].url + "/v1",
+            "api_key": "upstream-secret",
+            "models": ["*"],
+            "context_window": window,
+        }
+        scene.proxy = start_proxy(make_settings(tmp_path, "", upstreams=[upstream])).url
+        return scene.proxy
+
+    return start
