@@ -40,7 +40,7 @@ DOCS = ["README.md", "bench/README.md", "tests/e2e/LLAMACPP_NOTES.md"]
 
 
 def system_prompt(tokens: int) -> str:
-    from proxy.tokens import TokenCounter
+    from proxy.exchange.tokens import TokenCounter
 
     text = "\n\n".join((c.ROOT.parent / p).read_text() for p in DOCS)
     while TokenCounter().text(text) < tokens:
@@ -69,7 +69,7 @@ def tools() -> list[dict[str, Any]]:
 
 def to_anthropic(messages: list[dict]) -> list[dict]:
     """The neutral session (after its system message) as Claude Code would send it."""
-    from proxy.wire import anthropic
+    from proxy.formats import anthropic
 
     out: list[dict] = []
     for m in messages:
@@ -106,8 +106,8 @@ class Upstream:
         from starlette.responses import JSONResponse
         from starlette.routing import Route
 
-        from proxy.tokens import TokenCounter
-        from proxy.wire import anthropic
+        from proxy.exchange.tokens import TokenCounter
+        from proxy.formats import anthropic
 
         counter = TokenCounter()
 

@@ -25,11 +25,11 @@ from typing import Any
 
 from bench import baselines
 from bench.corpus import Trajectory, load_corpus
-from proxy import recall as recall_tool
-from proxy.compiler import compile_request
 from proxy.errors import ContextLengthExceeded
+from proxy.exchange.compile import compile_request
+from proxy.exchange.tokens import TokenCounter
+from proxy.recall import tool as recall_tool
 from proxy.settings import CompactionSettings
-from proxy.tokens import TokenCounter
 from strategies.base import canonical_json, message_hash, original_ref
 from strategies.pipeline import request_points
 

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Row, case, exists, func, select
 from sqlalchemy.orm import Session, aliased
 
-from proxy import recall
+from proxy.recall import tool as recall
 from proxy.store import history
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, MessageRow, SessionRow
 from proxy.store.views import (

@@ -9,8 +9,8 @@ import anthropic
 import httpx
 import pytest
 
-from proxy import recall
-from proxy.tokens import TokenCounter
+from proxy.exchange.tokens import TokenCounter
+from proxy.recall import tool as recall
 from tests.e2e.test_sessions_audit import noisy_log
 from tests.scripted import Script
 from tests.servers import ServerThread

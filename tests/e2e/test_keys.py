@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from proxy.deps import key_id
+from proxy.http.deps import key_id
 from tests.postgres import postgres_database
 from tests.scripted import Script
 from tests.servers import ServerThread

@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from proxy import recall
-from proxy.tokens import TokenCounter
+from proxy.exchange.tokens import TokenCounter
+from proxy.recall import tool as recall
 from tests.llamacpp import LlamaServer
 from tests.servers import ServerThread
 from tests.strategies.helpers import agent_history, log_lines

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from proxy.api import ui
 from proxy.app import create_app
-from proxy.routes import ui
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.ui.compare import align, diff

@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from proxy import cli
+from proxy.cli import commands as cli
 from tests.servers import ServerThread, free_port
 
 CTXPROXY = str(Path(sys.executable).with_name("ctxproxy"))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy import cli
+from proxy.cli import commands as cli
 from proxy.store import Store
 
 EVENTS = [

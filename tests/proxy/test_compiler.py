@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from proxy.compiler import Compiled, compile_request, message_budget
 from proxy.errors import ContextLengthExceeded
+from proxy.exchange.compile import Compiled, compile_request, message_budget
+from proxy.exchange.tokens import TokenCounter
 from proxy.settings import CompactionSettings
-from proxy.tokens import TokenCounter
 from strategies.base import canonical_json
 from strategies.invariants import pairing_problems
 from tests.strategies.helpers import agent_history, fixture
@@ -151,8 +151,8 @@ def test_events_serialise_to_json():
 
 
 def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None:
+    from proxy.exchange.tokens import TokenCounter
     from proxy.settings import CompactionSettings
-    from proxy.tokens import TokenCounter
 
     log = "\n".join(
         f"INFO worker {i}: connected to db pool {i % 9} in {i % 37} ms" for i in range(3000)

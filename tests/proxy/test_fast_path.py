@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.errors import BadRequest
-from proxy.protocol import chat_head, parse_chat, parse_json
+from proxy.formats.chat import chat_head, parse_chat, parse_json
 from proxy.store import Store
 from proxy.store.store import AHEAD_FROM, hash_messages
 from strategies.base import canonical_json, content_key, message_hash

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.liveness import Liveness
 from proxy.store import Store
+from proxy.store.heartbeat import Liveness
 from tests.postgres import postgres_database
 
 HOST = socket.gethostname()

@@ -13,7 +13,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
 
 import migrations
-from proxy.cli import main
+from proxy.cli.commands import main
 from proxy.store import Store
 from proxy.store.models import Base
 from tests.postgres import postgres_database

@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy import observe
 from proxy.app import app_from_env, create_app
-from proxy.deps import key_id
+from proxy.http.deps import key_id
+from proxy.observe import metrics as observe
 from proxy.settings import Settings
 from tests.scripted import Script
 from tests.servers import ServerThread, free_port

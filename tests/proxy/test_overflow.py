@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from proxy.overflow import Overflow, parse_overflow
+from proxy.upstream.overflow import Overflow, parse_overflow
 
 
 def body(obj: object) -> bytes:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy import recall
-from proxy.recall_stream import StreamFilter
-from proxy.tokens import TokenCounter
+from proxy.exchange.tokens import TokenCounter
+from proxy.recall import tool as recall
+from proxy.recall.stream import StreamFilter
 from strategies.base import message_hash, original_ref
 
 COUNTER = TokenCounter()

@@ -54,7 +54,7 @@ STREAM = b"".join(
 
 @given(st.lists(st.integers(0, len(STREAM)), max_size=12))
 def test_split_anywhere_same_answer(cuts: list[int]) -> None:
-    from proxy.sse import StreamAssembler
+    from proxy.formats.chat_stream import StreamAssembler
 
     asm = StreamAssembler()
     points = [0, *sorted(cuts), len(STREAM)]
@@ -71,7 +71,7 @@ def test_split_anywhere_same_answer(cuts: list[int]) -> None:
 
 
 def test_cut_off_stream_is_not_done() -> None:
-    from proxy.sse import StreamAssembler
+    from proxy.formats.chat_stream import StreamAssembler
 
     asm = StreamAssembler()
     asm.feed(STREAM[: len(STREAM) // 2])

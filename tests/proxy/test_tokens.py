@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from proxy.tokens import IMAGE_TOKENS, PER_MESSAGE, REPLY_PRIMING, TokenCounter
+from proxy.exchange.tokens import IMAGE_TOKENS, PER_MESSAGE, REPLY_PRIMING, TokenCounter
 
 
 @pytest.fixture(scope="module")

@@ -94,7 +94,7 @@ def test_vllm_window_from_models_and_overflow_healed(tmp_path: Path) -> None:
 
 def test_vllm_error_shape_as_top_level_message(tmp_path: Path) -> None:
     # vLLM's ErrorResponse puts "message" at the top level of the body in some versions.
-    from proxy.overflow import parse_overflow
+    from proxy.upstream.overflow import parse_overflow
 
     body = {
         "object": "error",

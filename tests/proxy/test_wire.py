@@ -8,8 +8,8 @@ import json
 import pytest
 
 from proxy.errors import BadRequest
-from proxy.wire import anthropic, anthropic_stream, responses, responses_stream, tools
-from proxy.wire.events import event
+from proxy.formats import anthropic, anthropic_stream, responses, responses_stream, tools
+from proxy.formats.events import event
 from strategies.invariants import pairing_faults
 
 CALL = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}}

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from proxy.tokens import REPLY_PRIMING, TokenCounter
+from proxy.exchange.tokens import REPLY_PRIMING, TokenCounter
 from strategies.base import Context, Lineage, Message
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -8,10 +8,10 @@ import json
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.compiler import compile_request
 from proxy.errors import ContextLengthExceeded
+from proxy.exchange.compile import compile_request
+from proxy.exchange.tokens import TokenCounter
 from proxy.settings import CompactionSettings
-from proxy.tokens import TokenCounter
 from strategies.base import PROMPT_ROLES, canonical_json, iterations
 from strategies.forms import folded_output, folded_user, skeleton
 from strategies.invariants import final_turn, kept_in_latest, pairing_problems
