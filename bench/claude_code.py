@@ -36,7 +36,7 @@ TOOL_NAMES = [
     "NotebookRead", "NotebookEdit", "WebFetch", "TodoWrite", "WebSearch", "BashOutput",
     "KillShell", "SlashCommand", "ListMcpResources", "ReadMcpResource",
 ]  # fmt: skip
-DOCS = ["README.md", "bench/README.md", "tests/e2e/LLAMACPP_NOTES.md"]
+DOCS = ["README.md", "bench/README.md", "tests/llama/LLAMACPP_NOTES.md"]
 
 
 def system_prompt(tokens: int) -> str:
@@ -202,7 +202,7 @@ class Result:
 def run(mode: str, window: int, system_tokens: int, session: list[dict], turns: int) -> Result:
     from proxy.app import create_app
     from proxy.settings import Settings
-    from tests.servers import ServerThread
+    from proxy.testing.servers import ServerThread
 
     ends = s.request_turns(session, turns)
     answers = {_key(session[:end]): end for end in ends}

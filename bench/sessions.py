@@ -227,7 +227,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 def run(
     config: str, window: int, session: list[dict], turns: int, code: Path | None, bar: Any
 ) -> Run:
-    from tests.servers import ServerThread
+    from proxy.testing.servers import ServerThread
 
     upstream = Upstream(session, window)
     out = Run(config, window)
@@ -335,10 +335,10 @@ def compile_times(session: list[dict], window: int, at: Iterable[int]) -> tuple[
 
 def llama_run(turns: int = 40) -> dict[str, Any]:
     """40 agent turns through ctxproxy (default configuration) into llama.cpp's 4,096 window."""
-    from tests.e2e.test_llamacpp_window import SYSTEM as SYS
-    from tests.e2e.test_llamacpp_window import TASK as TSK
-    from tests.e2e.test_llamacpp_window import agent_turn
-    from tests.llamacpp import LlamaServer, ensure_model
+    from proxy.testing.histories import SYSTEM as SYS
+    from proxy.testing.histories import TASK as TSK
+    from proxy.testing.histories import agent_turn
+    from proxy.testing.llamacpp import LlamaServer, ensure_model
 
     with LlamaServer(ensure_model()) as llama, tempfile.TemporaryDirectory() as tmp:
         wd = Path(tmp)

@@ -17,6 +17,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from proxy.api import audit, chat, health, messages, metrics, models, passthrough, responses, ui
 from proxy.errors import ProxyError, StorageUnavailable, error_body
 from proxy.exchange.calibrate import Calibration
 from proxy.exchange.tokens import TokenCounter
@@ -24,17 +25,6 @@ from proxy.formats import anthropic
 from proxy.http import openapi
 from proxy.http.guard import HostGuard
 from proxy.observe.metrics import Metrics, RequestMetrics
-from proxy.routes import (
-    audit,
-    chat,
-    health,
-    messages,
-    metrics,
-    models,
-    passthrough,
-    responses,
-    ui,
-)
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.store.heartbeat import Liveness

@@ -11,9 +11,9 @@ import pytest
 
 from proxy.exchange.tokens import TokenCounter
 from proxy.recall import tool as recall
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread
 from tests.e2e.test_sessions_audit import noisy_log
-from tests.scripted import Script
-from tests.servers import ServerThread
 
 WEATHER = {
     "name": "get_weather",

@@ -18,9 +18,9 @@ import pytest
 
 from proxy.app import create_app
 from proxy.settings import Settings
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread, free_port
 from tests.e2e.test_cli_serve import Proxy, write_config
-from tests.scripted import Script
-from tests.servers import ServerThread, free_port
 
 JSON = {"Content-Type": "application/json"}
 HELLO = [{"role": "user", "content": "hello there"}]
@@ -394,7 +394,7 @@ def replaced(path: str, value: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def typed_proxy(scripted_server, tmp_path_factory) -> Iterator[str]:
-    from tests.conftest import make_settings
+    from proxy.testing.servers import make_settings
 
     _, upstream = scripted_server
     settings = make_settings(tmp_path_factory.mktemp("types"), upstream.url + "/v1")

@@ -9,9 +9,9 @@ import httpx
 import openai
 import pytest
 
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread
 from tests.e2e.test_sessions_audit import noisy_log
-from tests.scripted import Script
-from tests.servers import ServerThread
 
 WEATHER = {
     "type": "function",

@@ -14,7 +14,7 @@ from proxy.exchange.tokens import TokenCounter
 from proxy.settings import CompactionSettings
 from strategies.base import canonical_json
 from strategies.invariants import pairing_problems
-from tests.strategies.helpers import agent_history, fixture
+from tests.unit.strategies.helpers import agent_history, fixture
 
 COUNTER = TokenCounter()
 SETTINGS = CompactionSettings()

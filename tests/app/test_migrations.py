@@ -16,7 +16,7 @@ import migrations
 from proxy.cli.commands import main
 from proxy.store import Store
 from proxy.store.models import Base
-from tests.postgres import postgres_database
+from proxy.testing.postgres import postgres_database
 
 TABLES = {
     "sessions",

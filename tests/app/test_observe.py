@@ -17,8 +17,8 @@ from proxy.app import app_from_env, create_app
 from proxy.http.deps import key_id
 from proxy.observe import metrics as observe
 from proxy.settings import Settings
-from tests.scripted import Script
-from tests.servers import ServerThread, free_port
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread, free_port
 
 LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
 

@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.scripted import chunk, sse
+from proxy.testing.scripted import chunk, sse
 
 STREAM = b"".join(
     [

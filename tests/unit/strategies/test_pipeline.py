@@ -8,7 +8,7 @@ import pytest
 
 from strategies.base import OverBudget, canonical_json
 from strategies.pipeline import Plan, compile_view, request_points
-from tests.strategies.helpers import COUNTER, agent_history, fixture, log_lines
+from tests.unit.strategies.helpers import COUNTER, agent_history, fixture, log_lines
 
 OUTPUTS = [
     fixture("seed_demo.txt"),

@@ -6,7 +6,7 @@ import pytest
 
 from strategies.base import InvariantError, OverBudget
 from strategies.invariants import check, check_valid, pairing_problems
-from tests.strategies.helpers import agent_history, call
+from tests.unit.strategies.helpers import agent_history, call
 
 
 def parallel_turn():

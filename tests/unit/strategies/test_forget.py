@@ -8,7 +8,7 @@ import json
 from strategies.base import MARKER, iterations
 from strategies.invariants import pairing_problems
 from strategies.pipeline import Plan, compile_view, request_points
-from tests.strategies.helpers import COUNTER, agent_history, call, fixture, log_lines
+from tests.unit.strategies.helpers import COUNTER, agent_history, call, fixture, log_lines
 
 
 def plan(budget: int, keep_first: float = 0.2) -> Plan:

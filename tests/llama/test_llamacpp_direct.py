@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.llamacpp import LlamaServer
+from proxy.testing.llamacpp import LlamaServer
 
 pytestmark = pytest.mark.llama
 

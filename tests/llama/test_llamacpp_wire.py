@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from tests.llamacpp import LlamaServer
-from tests.servers import ServerThread
+from proxy.testing.llamacpp import LlamaServer
+from proxy.testing.servers import ServerThread
 
 pytestmark = pytest.mark.llama
 ASK = [{"role": "user", "content": "What is the capital of France?"}]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
+
+from proxy.settings import Settings
 
 
 def free_port() -> int:
@@ -47,3 +50,21 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def make_settings(tmp_path: Path, upstream_url: str, **overrides: Any) -> Settings:
+    """ctxproxy's settings for a test: a SQLite file in tmp_path, one upstream at upstream_url."""
+    data: dict[str, Any] = {
+        "database_url": f"sqlite:///{tmp_path / 'ctxproxy.db'}",
+        "upstreams": [
+            {
+                "name": "scripted",
+                "kind": "openai",
+                "base_url": upstream_url,
+                "api_key": "upstream-secret",
+                "models": ["*"],
+            }
+        ],
+    }
+    data.update(overrides)
+    return Settings(**data)

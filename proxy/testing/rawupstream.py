@@ -12,7 +12,7 @@ import json
 import threading
 from typing import Any
 
-from tests.scripted import chunk, completion, sse
+from proxy.testing.scripted import chunk, completion, sse
 
 OK = json.dumps(completion("m", "fine", {"messages": []})).encode()
 _TWO = completion("m", "first", {"messages": []})

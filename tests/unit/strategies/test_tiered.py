@@ -16,7 +16,7 @@ from strategies.forms import (
 )
 from strategies.invariants import pairing_problems
 from strategies.tiered import tiered
-from tests.strategies.helpers import agent_history, ctx, log_lines, usage
+from tests.unit.strategies.helpers import agent_history, ctx, log_lines, usage
 
 BIG = (
     log_lines(300) + '\nTraceback (most recent call last):\n  File "a.py", line 3, in <module>\n'

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from strategies.invariants import pairing_faults, pairing_problems
 from strategies.repair import placeholder_result, repair_pairing
-from tests.strategies.helpers import agent_history, call
+from tests.unit.strategies.helpers import agent_history, call
 
 
 def test_valid_history_comes_back_equal():

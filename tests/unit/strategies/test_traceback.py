@@ -10,7 +10,7 @@ import pytest
 from strategies.base import message_hash
 from strategies.elide import elide
 from strategies.traceback import elided, traceback
-from tests.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
+from tests.unit.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
 
 MARKER = re.compile(r"^\[… ([\d,]+) (?:similar )?lines? elided …\]$")
 

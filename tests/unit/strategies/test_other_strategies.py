@@ -8,7 +8,7 @@ from strategies.fold import fold
 from strategies.invariants import pairing_problems
 from strategies.none import none
 from strategies.sliding_window import sliding_window
-from tests.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
+from tests.unit.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
 
 OUT = log_lines(200)
 

@@ -12,8 +12,8 @@ from sqlalchemy import func, select
 
 from proxy.store import AmbiguousPrefix, RequestRef, Store
 from proxy.store.models import EntryRow, ExchangeRow, MessageRow
+from proxy.testing.postgres import postgres_database
 from strategies.base import message_hash, original_ref
-from tests.postgres import postgres_database
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 60}
 EVENT = {
