@@ -525,15 +525,3 @@ def test_sigterm_lets_streams_finish_and_commits_their_records(
             assert x["response"]["content"].endswith("199 ")
     finally:
         after.stop()
-
-
-# --- load, in miniature (bench/load.py runs 64 sessions for 60 s) ---------------------------
-
-
-def test_load_smoke(tmp_path: Path) -> None:
-    from bench.load import run
-
-    result = run(sessions=4, seconds=2, workdir=tmp_path)
-    assert result["requests"] > 8
-    assert result["errors"] == 0, result["first_errors"]
-    assert result["records_lost"] == 0 and result["records_stored"] == result["requests"]
