@@ -85,16 +85,15 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.add_middleware(HostGuard, allowed=settings.allowed_hosts)
     app.include_router(health.router)
     app.include_router(audit.router)
-    app.include_router(chat.router)
     app.include_router(messages.router)
     app.include_router(responses.router)
     app.include_router(models.router)
     app.include_router(passthrough.router)
     app.include_router(ui.router)
     app.include_router(metrics.router)
-    app.router.routes[:0] = chat.plain_routes()
+    app.router.routes[:0] = chat.routes()
     _install_error_handlers(app)
-    openapi.install(app)
+    openapi.install(app, chat.openapi_paths())
     return app
 
 

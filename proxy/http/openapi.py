@@ -30,12 +30,14 @@ INVALID = {
 }
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, extra_paths: dict[str, Any]) -> None:
+    """`extra_paths`: operations of plain Starlette routes, which FastAPI does not document."""
+
     def schema() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = with_400(
-                get_openapi(title=app.title, version=app.version, routes=app.routes)
-            )
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            doc["paths"] = {**extra_paths, **doc.get("paths", {})}
+            app.openapi_schema = with_400(doc)
         return app.openapi_schema
 
     app.openapi = schema  # type: ignore[method-assign]
