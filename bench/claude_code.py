@@ -36,11 +36,11 @@ TOOL_NAMES = [
     "NotebookRead", "NotebookEdit", "WebFetch", "TodoWrite", "WebSearch", "BashOutput",
     "KillShell", "SlashCommand", "ListMcpResources", "ReadMcpResource",
 ]  # fmt: skip
-DOCS = ["README.md", "bench/README.md", "tests/e2e/LLAMACPP_NOTES.md"]
+DOCS = ["README.md", "bench/README.md", "tests/llama/LLAMACPP_NOTES.md"]
 
 
 def system_prompt(tokens: int) -> str:
-    from proxy.tokens import TokenCounter
+    from proxy.exchange.tokens import TokenCounter
 
     text = "\n\n".join((c.ROOT.parent / p).read_text() for p in DOCS)
     while TokenCounter().text(text) < tokens:
@@ -69,7 +69,7 @@ def tools() -> list[dict[str, Any]]:
 
 def to_anthropic(messages: list[dict]) -> list[dict]:
     """The neutral session (after its system message) as Claude Code would send it."""
-    from proxy.wire import anthropic
+    from proxy.formats import anthropic
 
     out: list[dict] = []
     for m in messages:
@@ -106,8 +106,8 @@ class Upstream:
         from starlette.responses import JSONResponse
         from starlette.routing import Route
 
-        from proxy.tokens import TokenCounter
-        from proxy.wire import anthropic
+        from proxy.exchange.tokens import TokenCounter
+        from proxy.formats import anthropic
 
         counter = TokenCounter()
 
@@ -202,7 +202,7 @@ class Result:
 def run(mode: str, window: int, system_tokens: int, session: list[dict], turns: int) -> Result:
     from proxy.app import create_app
     from proxy.settings import Settings
-    from tests.servers import ServerThread
+    from proxy.testing.servers import ServerThread
 
     ends = s.request_turns(session, turns)
     answers = {_key(session[:end]): end for end in ends}

@@ -14,9 +14,9 @@ import random
 import statistics
 import time
 
-from proxy.compiler import Compiled, compile_request
+from proxy.exchange.compile import Compiled, compile_request
+from proxy.exchange.tokens import TokenCounter
 from proxy.settings import CompactionSettings
-from proxy.tokens import TokenCounter
 from strategies.elide import elide
 from strategies.forms import _truncate
 from strategies.state import ViewState

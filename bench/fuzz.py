@@ -18,9 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
 from proxy.app import create_app
-from tests.conftest import make_settings
-from tests.scripted import Script
-from tests.servers import ServerThread
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread, make_settings
 
 
 def run(examples: int) -> dict[str, Any]:

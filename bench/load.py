@@ -1,8 +1,8 @@
 """Load: N concurrent streaming sessions through a `ctxproxy serve` process for a while.
 
 Counts errors, checks that every request sent has its exchange stored and finished (audit API),
-and samples the proxy's RSS over time. The scripted upstream (tests/scripted.py) runs in its own
-process. Not part of the test suite; tests/e2e/test_faults.py runs a tiny smoke of it.
+and samples the proxy's RSS over time. The scripted upstream (proxy/testing/scripted.py) runs
+in its own process. Not part of the test suite; tests/e2e/test_faults.py runs a tiny smoke of it.
 
     python bench/load.py                      # 64 sessions for 60 s
     python bench/load.py --sessions 8 --seconds 5
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CTXPROXY = str(Path(sys.executable).with_name("ctxproxy"))
 TURNS = 8  # a conversation's length before the worker starts a new session
 UPSTREAM = (
-    "import sys, uvicorn; from tests.scripted import Script; "
+    "import sys, uvicorn; from proxy.testing.scripted import Script; "
     "uvicorn.run(Script().app, host='127.0.0.1', port=int(sys.argv[1]), log_level='warning')"
 )
 

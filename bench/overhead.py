@@ -564,7 +564,7 @@ LAUNCH_BEFORE = (
     "if '__editable__' not in getattr(f, '__module__', '')]; "
     "import functools, uvicorn; "
     "uvicorn.run = functools.partial(uvicorn.run, loop='asyncio', http='h11'); "
-    "from proxy.cli import main; sys.exit(main())"
+    "from proxy.cli.commands import main; sys.exit(main())"
 )
 
 

@@ -53,9 +53,9 @@ def inline_threadpool() -> None:
     async def inline(func: Any, *args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
 
-    import proxy.exchange as ex
+    import proxy.exchange.lifecycle as ex
 
-    for mod in (ex, sys.modules.get("proxy.deps"), sys.modules.get("proxy.offloop")):
+    for mod in (ex, sys.modules.get("proxy.http.deps"), sys.modules.get("proxy.offloop")):
         if mod is not None and hasattr(mod, "run_in_threadpool"):
             mod.run_in_threadpool = inline
 

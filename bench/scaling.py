@@ -63,7 +63,7 @@ class Naive:
         self.bytes += len(raw)
 
     def handle(self, raw: bytes) -> float:
-        from proxy.tokens import TokenCounter
+        from proxy.exchange.tokens import TokenCounter
 
         start = time.perf_counter()
         body = json.loads(raw)
@@ -81,14 +81,14 @@ class Naive:
 
 def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: Any) -> dict:
     """The chat route's steps, timed one by one, on a fresh store; naive beside it."""
-    from proxy.compiler import compile_request
-    from proxy.protocol import parse_chat, parse_json
-    from proxy.sessions import identify
+    from proxy.exchange.compile import compile_request
+    from proxy.exchange.identify import identify
+    from proxy.exchange.tokens import TokenCounter
+    from proxy.formats.chat import parse_chat, parse_json
     from proxy.settings import CompactionSettings
     from proxy.store import Store
     from proxy.store.states import Decisions
     from proxy.store.store import hash_messages
-    from proxy.tokens import TokenCounter
 
     db = wd / "inproc.db"
     store = Store(f"sqlite:///{db}")

@@ -164,7 +164,7 @@ class Upstream:
         from starlette.responses import JSONResponse
         from starlette.routing import Route
 
-        from proxy.tokens import TokenCounter
+        from proxy.exchange.tokens import TokenCounter
 
         counter = TokenCounter()
 
@@ -227,7 +227,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 def run(
     config: str, window: int, session: list[dict], turns: int, code: Path | None, bar: Any
 ) -> Run:
-    from tests.servers import ServerThread
+    from proxy.testing.servers import ServerThread
 
     upstream = Upstream(session, window)
     out = Run(config, window)
@@ -271,7 +271,7 @@ def _start_proxy(wd: Path, upstream: str, window: int, cfg: dict, code: Path | N
             config[key] = cfg[key]
     (wd / "config.yaml").write_text(json.dumps(config))
     port = c.free_port()
-    argv = [sys.executable, "-m", "proxy.cli", "serve", "--config", "config.yaml"]
+    argv = [sys.executable, "-m", "proxy.cli.commands", "serve", "--config", "config.yaml"]
     env = {"PYTHONPATH": str(code or c.ROOT.parent)}
     server = c.start("ctxproxy", [*argv, "--port", str(port)], port, "/healthz", wd, env=env)
     if server.error:
@@ -281,7 +281,7 @@ def _start_proxy(wd: Path, upstream: str, window: int, cfg: dict, code: Path | N
 
 def prefix_reuse(prompts: list[str]) -> float:
     """Token-weighted: sum of tokens of the common prefix over sum of the previous prompt's."""
-    from proxy.tokens import TokenCounter
+    from proxy.exchange.tokens import TokenCounter
 
     counter = TokenCounter()
     same = total = 0
@@ -307,9 +307,9 @@ def _common(a: str, b: str) -> int:
 def compile_times(session: list[dict], window: int, at: Iterable[int]) -> tuple[float, ...]:
     """In process, as the route does: each turn from the previous turn's state; the turns in
     `at` timed (median of 5)."""
-    from proxy.compiler import compile_request
+    from proxy.exchange.compile import compile_request
+    from proxy.exchange.tokens import TokenCounter
     from proxy.settings import CompactionSettings
-    from proxy.tokens import TokenCounter
 
     settings, counter, prior = CompactionSettings(), TokenCounter(), None
     wanted, times = set(at), {}
@@ -335,10 +335,10 @@ def compile_times(session: list[dict], window: int, at: Iterable[int]) -> tuple[
 
 def llama_run(turns: int = 40) -> dict[str, Any]:
     """40 agent turns through ctxproxy (default configuration) into llama.cpp's 4,096 window."""
-    from tests.e2e.test_llamacpp_window import SYSTEM as SYS
-    from tests.e2e.test_llamacpp_window import TASK as TSK
-    from tests.e2e.test_llamacpp_window import agent_turn
-    from tests.llamacpp import LlamaServer, ensure_model
+    from proxy.testing.histories import SYSTEM as SYS
+    from proxy.testing.histories import TASK as TSK
+    from proxy.testing.histories import agent_turn
+    from proxy.testing.llamacpp import LlamaServer, ensure_model
 
     with LlamaServer(ensure_model()) as llama, tempfile.TemporaryDirectory() as tmp:
         wd = Path(tmp)
@@ -351,7 +351,7 @@ def llama_run(turns: int = 40) -> dict[str, Any]:
         }  # fmt: skip
         (wd / "config.yaml").write_text(json.dumps(config))
         port = c.free_port()
-        argv = [sys.executable, "-m", "proxy.cli", "serve", "--config", "config.yaml"]
+        argv = [sys.executable, "-m", "proxy.cli.commands", "serve", "--config", "config.yaml"]
         proxy = c.start("ctxproxy", [*argv, "--port", str(port)], port, "/healthz", wd,
                         env={"PYTHONPATH": str(c.ROOT.parent)})  # fmt: skip
         rows, failed = [], 0

@@ -17,30 +17,20 @@ from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from proxy import openapi
-from proxy.calibration import Calibration
-from proxy.conversations import Conversations
+from proxy.api import audit, chat, health, messages, metrics, models, passthrough, responses, ui
 from proxy.errors import ProxyError, StorageUnavailable, error_body
-from proxy.guard import HostGuard
-from proxy.liveness import Liveness
-from proxy.observe import Metrics, RequestMetrics
-from proxy.pools import UpstreamPools
-from proxy.routes import (
-    audit,
-    chat,
-    health,
-    messages,
-    metrics,
-    models,
-    passthrough,
-    responses,
-    ui,
-)
+from proxy.exchange.calibrate import Calibration
+from proxy.exchange.conversations import Conversations
+from proxy.exchange.tokens import TokenCounter
+from proxy.formats import anthropic
+from proxy.http import openapi
+from proxy.http.guard import HostGuard
+from proxy.observe.metrics import Metrics, RequestMetrics
 from proxy.settings import Settings
 from proxy.store import Store
-from proxy.tokens import TokenCounter
-from proxy.windows import Windows
-from proxy.wire import anthropic
+from proxy.store.heartbeat import Liveness
+from proxy.upstream.pools import UpstreamPools
+from proxy.upstream.windows import Windows
 
 log = logging.getLogger("ctxproxy")
 SWITCH_INTERVAL_S = 0.0005
@@ -98,23 +88,22 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.add_middleware(HostGuard, allowed=settings.allowed_hosts)
     app.include_router(health.router)
     app.include_router(audit.router)
-    app.include_router(chat.router)
     app.include_router(messages.router)
     app.include_router(responses.router)
     app.include_router(models.router)
     app.include_router(passthrough.router)
     app.include_router(ui.router)
     app.include_router(metrics.router)
-    app.router.routes[:0] = chat.plain_routes()
+    app.router.routes[:0] = chat.routes()
     _install_error_handlers(app)
-    openapi.install(app)
+    openapi.install(app, chat.openapi_paths())
     return app
 
 
 def app_from_env() -> FastAPI:
     """uvicorn's app factory for `ctxproxy serve --workers N`: each worker process reads the
     settings from $CTXPROXY_CONFIG (or ./config.yaml) and CTXPROXY_* variables."""
-    from proxy.observe import configure_logging
+    from proxy.observe.metrics import configure_logging
     from proxy.settings import load_settings
 
     settings = load_settings()

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from proxy.settings import Settings
-from tests.scripted import Script
-from tests.servers import ServerThread
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread, make_settings
 
 BROWSER_MISSING = "no Chromium and chromedriver here"
 
@@ -51,23 +51,6 @@ def upstream_url(scripted_server: tuple[Script, ServerThread]) -> str:
     return scripted_server[1].url + "/v1"
 
 
-def make_settings(tmp_path: Path, upstream_url: str, **overrides: Any) -> Settings:
-    data: dict[str, Any] = {
-        "database_url": f"sqlite:///{tmp_path / 'ctxproxy.db'}",
-        "upstreams": [
-            {
-                "name": "scripted",
-                "kind": "openai",
-                "base_url": upstream_url,
-                "api_key": "upstream-secret",
-                "models": ["*"],
-            }
-        ],
-    }
-    data.update(overrides)
-    return Settings(**data)
-
-
 @pytest.fixture
 def settings_for(tmp_path: Path, upstream_url: str) -> Callable[..., Settings]:
     return lambda **overrides: make_settings(tmp_path, upstream_url, **overrides)
@@ -100,7 +83,7 @@ def proxy(
 def proxy_on(db: str, tmp_path: Path, upstream_url: str, **overrides: Any) -> Iterator[str]:
     """ctxproxy on SQLite or on a throwaway PostgreSQL database, stopped before it is dropped."""
     from proxy.app import create_app
-    from tests.postgres import postgres_database
+    from proxy.testing.postgres import postgres_database
 
     if db == "sqlite":
         with ServerThread(create_app(make_settings(tmp_path, upstream_url, **overrides))) as s:

@@ -298,10 +298,6 @@ def decode_view(raw: Sequence[str], view: Sequence[Any]) -> list[str]:
     return out
 
 
-def literals(view: Sequence[Any]) -> set[str]:
-    return {part for part in view if isinstance(part, str)}
-
-
 def bodies(s: Session, hashes: Iterable[str]) -> dict[str, str]:
     wanted = sorted(set(hashes))
     found: dict[str, str] = {}

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import Row, case, exists, func, select
 from sqlalchemy.orm import Session, aliased
 
-from proxy import recall, titles
-from proxy.store import history
+from proxy.recall import tool as recall
+from proxy.store import history, titles
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, MessageRow, SessionRow
 from proxy.store.views import (
     Branch,
@@ -87,7 +87,7 @@ def _summary(row: SessionRow, totals: Totals, title: str | None = None) -> Sessi
 
 def _titles(s: Session, ids: list[str]) -> dict[str, str]:
     """Each session's title: the first words a person wrote among its first user messages
-    (proxy/titles.py skips what agent harnesses put before them)."""
+    (proxy/store/titles.py skips what agent harnesses put before them)."""
     if not ids:
         return {}
     e, m = EntryRow, MessageRow

@@ -1,1 +1,1 @@
-"""The session viewer's helpers, templates and stylesheet (pages in proxy/routes/ui.py)."""
+"""The session viewer's helpers, templates and stylesheet (pages in proxy/api/ui.py)."""

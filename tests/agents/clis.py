@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.coder import AGAIN, TASK, Coder
+from proxy.testing.coder import AGAIN, TASK, Coder
 
 TIMEOUT = 240  # seconds per CLI run; a scripted task takes a few
 

@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 
 from proxy.settings import Settings
+from proxy.testing.coder import Coder
+from proxy.testing.servers import ServerThread, make_settings
 from tests.agents.clis import Scene
 from tests.agents.install import Unavailable, ensure_aider, ensure_npm
 from tests.agents.repo import make_repo
-from tests.coder import Coder
-from tests.conftest import make_settings
-from tests.servers import ServerThread
 
 RUNS = pytest.StashKey[list[dict[str, Any]]]()
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.coder import BUG
+from proxy.testing.coder import BUG
 
 ARITH = f'''"""Arithmetic on plain numbers."""
 

@@ -1,10 +1,10 @@
 """The real agent CLIs, pinned, driven headless through ctxproxy against a scripted coding upstream.
 
-Each test runs a CLI on a scratch repo whose one test fails; the upstream (tests/coder.py) plays
-a coding agent with the CLI's own tools until pytest passes. What a user would check: the CLI
-exits 0, the repo's tests pass, the run is one session in the audit, a continuation joins it,
-no exchange failed, every view sent upstream is valid, and `ctxproxy_recall` never reaches the
-CLI.
+Each test runs a CLI on a scratch repo whose one test fails; the upstream
+(proxy/testing/coder.py) plays a coding agent with the CLI's own tools until pytest passes.
+What a user would check: the CLI exits 0, the repo's tests pass, the run is one session in the
+audit, a continuation joins it, no exchange failed, every view sent upstream is valid, and
+`ctxproxy_recall` never reaches the CLI.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.testing.coder import RECALL
 from strategies.invariants import pairing_faults
 from tests.agents import clis
 from tests.agents.repo import repo_tests_pass
-from tests.coder import RECALL
 
 pytestmark = pytest.mark.agents
 LOCAL_MODEL = "qwen2.5-coder-7b-instruct"

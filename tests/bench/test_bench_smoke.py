@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.bench
 
 
 def run(module: str, *args: str) -> str:
@@ -78,3 +81,12 @@ def test_long_sessions_run_through_a_real_proxy(tmp_path: Path) -> None:
     default = next(r for r in runs if r["config"] == "default")
     assert default["turns"] == 16 and default["refused"] == 0 and default["over"] == 0
     assert 0 < default["reuse"] <= 1 and all(default["kept"].values())
+
+
+def test_load_runs_a_few_sessions() -> None:
+    """bench/load.py in miniature: 4 streaming sessions for 2 s; it exits 1 on any error or any
+    request whose exchange was not stored and finished."""
+    out = run("bench.load", "--sessions", "4", "--seconds", "2")
+    figures = {line[:30].strip(): line[30:].split() for line in out.splitlines()}
+    assert int(figures["requests (streaming)"][0]) > 8, out
+    assert figures["errors"][0] == "0" and figures["records lost"][0] == "0", out

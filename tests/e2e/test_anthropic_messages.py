@@ -10,9 +10,9 @@ import anthropic
 import httpx
 import pytest
 
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread
 from tests.e2e.test_sessions_audit import noisy_log
-from tests.scripted import Script
-from tests.servers import ServerThread
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WEATHER = {

@@ -9,11 +9,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from proxy.calibration import Calibration, next_factor
-from proxy.tokens import TokenCounter
+from proxy.exchange.calibrate import Calibration, next_factor
+from proxy.exchange.tokens import TokenCounter
+from proxy.testing.servers import ServerThread
 from strategies.pipeline import request_points
-from tests.servers import ServerThread
-from tests.strategies.helpers import agent_history, fixture, log_lines
+from tests.unit.strategies.helpers import agent_history, fixture, log_lines
 
 WINDOW = 4096
 

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.servers import free_port
+from proxy.testing.servers import free_port
 
 CTXPROXY = str(Path(sys.executable).with_name("ctxproxy"))
 

@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from proxy.app import create_app
+from proxy.testing.postgres import postgres_database
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread
 from strategies.pipeline import request_points
-from tests.postgres import postgres_database
-from tests.scripted import Script
-from tests.servers import ServerThread
-from tests.strategies.helpers import agent_history, fixture, log_lines
+from tests.unit.strategies.helpers import agent_history, fixture, log_lines
 
 WINDOW = 6000
 OUTPUTS = [fixture("seed_demo.txt"), log_lines(150), "ok", fixture("pytest_failures.txt"), "done"]

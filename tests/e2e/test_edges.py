@@ -9,9 +9,9 @@ import httpx
 import pytest
 from sqlalchemy import event
 
+from proxy.testing.scripted import Script
 from tests.conftest import proxy_on as serve_on
 from tests.e2e.test_faults import until
-from tests.scripted import Script
 
 HELLO = [{"role": "user", "content": "hi"}]
 HUGE = "99999999999999999999"

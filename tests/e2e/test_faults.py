@@ -18,9 +18,9 @@ import pytest
 
 from proxy.app import create_app
 from proxy.settings import Settings
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread, free_port
 from tests.e2e.test_cli_serve import Proxy, write_config
-from tests.scripted import Script
-from tests.servers import ServerThread, free_port
 
 JSON = {"Content-Type": "application/json"}
 HELLO = [{"role": "user", "content": "hello there"}]
@@ -144,7 +144,7 @@ def test_no_answer_at_all_is_a_gateway_error_and_stored(
     r = proxy.post({"model": fault, "messages": HELLO, "stream": stream})
     assert envelope(r, status)["code"] == code
     assert proxy.let_go()
-    x = proxy.exchange()
+    x = proxy.exchange.lifecycle()
     assert x["exchange"]["status"] == status and x["error"]["code"] == code
     assert x["request"]["messages"] == HELLO and x["response"] is None
 
@@ -171,7 +171,7 @@ def test_stream_failing_midway_ends_in_an_sse_error_and_is_stored_partial(
     relayed = "".join(events[:-2])
     assert "cut off" not in relayed and "<html>" not in relayed
     assert proxy.let_go(script)
-    x = proxy.exchange()
+    x = proxy.exchange.lifecycle()
     assert x["exchange"]["status"] == 200 and x["exchange"]["partial"] is True
     assert x["error"]["code"] == code
     assert (x["response"] or {}).get("content") == partial
@@ -188,7 +188,7 @@ def test_upstream_error_status_passes_through_and_is_stored(
     assert r.json()["error"]["message"] == f"scripted failure {code}"
     assert r.headers.get("retry-after") == ("7" if code == 429 else None)
     assert proxy.let_go()
-    x = proxy.exchange()
+    x = proxy.exchange.lifecycle()
     assert x["exchange"]["status"] == code
     assert x["error"]["message"] == f"scripted failure {code}"
 
@@ -208,7 +208,7 @@ def test_client_gone_mid_stream_cancels_upstream_and_stores_partial(faulty, scri
         lines = r.iter_lines()
         next(lines), next(lines)
     assert proxy.let_go(script) and script.slow_finished == [False]
-    x = proxy.exchange()
+    x = proxy.exchange.lifecycle()
     assert x["exchange"]["partial"] is True and x["response"]["content"].startswith("0 ")
 
 
@@ -268,7 +268,7 @@ def test_slow_reader_and_slow_sender_hold_up_no_one_else(faulty, script: Script)
     finally:
         reader.close()
         half.close()
-    x = proxy.exchange(f"raw-{proxy.server.port}")
+    x = proxy.exchange.lifecycle(f"raw-{proxy.server.port}")
     assert x["exchange"]["status"] == 200 and x["exchange"]["partial"] is False
     assert len(x["response"]["content"]) == 64 * 65536
 
@@ -394,7 +394,7 @@ def replaced(path: str, value: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def typed_proxy(scripted_server, tmp_path_factory) -> Iterator[str]:
-    from tests.conftest import make_settings
+    from proxy.testing.servers import make_settings
 
     _, upstream = scripted_server
     settings = make_settings(tmp_path_factory.mktemp("types"), upstream.url + "/v1")
@@ -465,7 +465,7 @@ def test_broken_pairing_repaired_when_configured(faulty, script: Script) -> None
     assert sent[2]["role"] == "tool" and sent[2]["tool_call_id"] == "call_x"
     assert proxy.post({"model": "echo", "messages": ORPHAN}, sid="f-2").status_code == 200
     assert script.received[-1]["messages"] == [ORPHAN[0], ORPHAN[2]]
-    x = proxy.exchange()
+    x = proxy.exchange.lifecycle()
     assert x["request"]["messages"] == UNANSWERED  # the raw history, as sent
     assert x["compiled_request"]["messages"] == sent
 
@@ -525,15 +525,3 @@ def test_sigterm_lets_streams_finish_and_commits_their_records(
             assert x["response"]["content"].endswith("199 ")
     finally:
         after.stop()
-
-
-# --- load, in miniature (bench/load.py runs 64 sessions for 60 s) ---------------------------
-
-
-def test_load_smoke(tmp_path: Path) -> None:
-    from bench.load import run
-
-    result = run(sessions=4, seconds=2, workdir=tmp_path)
-    assert result["requests"] > 8
-    assert result["errors"] == 0, result["first_errors"]
-    assert result["records_lost"] == 0 and result["records_stored"] == result["requests"]

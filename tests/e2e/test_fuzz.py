@@ -17,8 +17,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 
 from proxy.app import create_app  # noqa: E402
-from tests.conftest import make_settings  # noqa: E402
-from tests.servers import ServerThread  # noqa: E402
+from proxy.testing.servers import ServerThread, make_settings  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from proxy.testing.rawupstream import RawUpstream
 from tests.e2e.test_faults import envelope, sse_event, until
-from tests.rawupstream import RawUpstream
 
 HELLO = [{"role": "user", "content": "hi"}]
 

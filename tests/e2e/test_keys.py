@@ -11,10 +11,10 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from proxy.deps import key_id
-from tests.postgres import postgres_database
-from tests.scripted import Script
-from tests.servers import ServerThread
+from proxy.http.deps import key_id
+from proxy.testing.postgres import postgres_database
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread
 
 ALICE, BOB, ADMIN = "sk-alice-secret", "sk-bob-secret", "admin-secret"
 LEAD = [
@@ -37,7 +37,7 @@ def keyed(start_proxy, settings_for, database_url: str) -> ServerThread:
 @pytest.fixture(scope="module")
 def keyed_once(scripted_server, tmp_path_factory) -> Iterator[ServerThread]:
     from proxy.app import create_app
-    from tests.conftest import make_settings
+    from proxy.testing.servers import make_settings
 
     url = scripted_server[1].url + "/v1"
     settings = make_settings(
@@ -182,7 +182,7 @@ def test_a_client_key_sees_only_its_own_sessions(
 def behind_proxy(scripted_server, tmp_path_factory) -> Iterator[ServerThread]:
     """As run behind FORWARDED_ALLOW_IPS='*': uvicorn believes any X-Forwarded-For."""
     from proxy.app import create_app
-    from tests.conftest import make_settings
+    from proxy.testing.servers import make_settings
 
     url = scripted_server[1].url + "/v1"
     app = create_app(make_settings(tmp_path_factory.mktemp("behind"), url))
@@ -194,7 +194,7 @@ def behind_proxy(scripted_server, tmp_path_factory) -> Iterator[ServerThread]:
 def plain(scripted_server, tmp_path_factory) -> Iterator[ServerThread]:
     """No keys configured."""
     from proxy.app import create_app
-    from tests.conftest import make_settings
+    from proxy.testing.servers import make_settings
 
     url = scripted_server[1].url + "/v1"
     with ServerThread(create_app(make_settings(tmp_path_factory.mktemp("plain"), url))) as s:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from proxy.settings import Upstream
-from proxy.windows import Windows
+from proxy.upstream.windows import Windows
 from tests.conftest import proxy_on as serve_on
 
 HELLO = [{"role": "user", "content": "hi"}]

@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread
 from tests.e2e.test_sessions_audit import noisy_log
-from tests.scripted import Script
-from tests.servers import ServerThread
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WEATHER = {

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.servers import ServerThread
+from proxy.testing.servers import ServerThread
 
 HELLO = [{"role": "user", "content": "hi"}]
 
@@ -61,7 +61,7 @@ def send(port: int, method: str, path: str, body: Any = None) -> tuple[int, dict
 @pytest.fixture(scope="module")
 def proxy_port(recording, tmp_path_factory) -> Iterator[int]:
     from proxy.app import create_app
-    from tests.conftest import make_settings
+    from proxy.testing.servers import make_settings
 
     _, url = recording
     upstream = {"name": "rec", "base_url": url + "/v1", "api_key": "operator-secret"}

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread
 from strategies.base import original_ref
-from tests.scripted import Script
-from tests.servers import ServerThread
-from tests.strategies.helpers import agent_history, fixture, log_lines
+from tests.unit.strategies.helpers import agent_history, fixture, log_lines
 
 WINDOW = 4000
 SECRET = "DATABASE_PORT=54329"

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.testing.postgres import postgres_database
 from tests.e2e.test_cli_serve import CTXPROXY, Proxy
-from tests.postgres import postgres_database
 
 TURNS = 20
 

@@ -10,8 +10,8 @@ import httpx
 import openai
 import pytest
 
-from tests.scripted import Script
-from tests.servers import ServerThread, free_port
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread, free_port
 
 JSON = {"Content-Type": "application/json"}
 HELLO = [{"role": "user", "content": "hello there"}]

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import openai
 
+from proxy.testing.scripted import Script
+from proxy.testing.servers import ServerThread
 from tests.e2e.test_cli_serve import Proxy, write_config
-from tests.scripted import Script
-from tests.servers import ServerThread
 
 
 def noisy_log(turn: int) -> str:

@@ -15,15 +15,15 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from proxy.api import ui
 from proxy.app import create_app
-from proxy.routes import ui
 from proxy.settings import Settings
 from proxy.store import Store
+from proxy.testing.servers import ServerThread
 from proxy.ui.compare import align, diff
 from strategies.base import message_hash
 from tests.conftest import BROWSER_MISSING
 from tests.e2e.test_sessions_audit import noisy_log
-from tests.servers import ServerThread
 
 LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
 

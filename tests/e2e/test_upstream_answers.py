@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.testing.rawupstream import RawUpstream
+from proxy.testing.servers import ServerThread
 from tests.e2e.test_faults import envelope, sse_event, until
-from tests.rawupstream import RawUpstream
-from tests.servers import ServerThread
 
 HELLO = [{"role": "user", "content": "hello there"}]
 
@@ -27,7 +27,7 @@ def raw() -> Iterator[RawUpstream]:
 @pytest.fixture(scope="module")
 def proxy(raw: RawUpstream, tmp_path_factory) -> Iterator[str]:
     from proxy.app import create_app
-    from tests.conftest import make_settings
+    from proxy.testing.servers import make_settings
 
     upstream = {"name": "raw", "base_url": raw.url, "read_timeout": 0.5}
     settings = make_settings(tmp_path_factory.mktemp("answers"), raw.url, upstreams=[upstream])

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.testing.rawfaults import FAULTS
+from proxy.testing.rawupstream import RawUpstream
 from tests.e2e.test_upstream_answers import record
-from tests.rawfaults import FAULTS
-from tests.rawupstream import RawUpstream
 
 FOLLOWERS = 10
 

@@ -1,0 +1,1 @@
+"""Thin HTTP handlers, one module per endpoint family."""

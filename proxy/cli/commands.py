@@ -1,0 +1,386 @@
+"""The `ctxproxy` command: serve, migrate, sessions, --version."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from proxy.settings import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from proxy.store import ExchangeSummary, SessionDetail, SessionPage
+
+
+TITLE_COLUMN = 40
+CONFIG_HELP = (
+    "the configuration file (default: $CTXPROXY_CONFIG, else ./config.yaml if there is one, "
+    "else the built-in defaults: listen on 127.0.0.1:8080, database ./ctxproxy.db, "
+    "upstream llama.cpp at http://127.0.0.1:8081/v1)"
+)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("ctxproxy")
+    except PackageNotFoundError:  # run from a source tree without installing
+        from proxy import __version__
+
+        return __version__
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="ctxproxy",
+        description="An OpenAI-compatible proxy that stores an agent's chat history and "
+        "compacts it to fit the model's context window.",
+        epilog="Run `ctxproxy COMMAND --help` for a command's options.",
+    )
+    root.add_argument("--version", action="version", version=f"ctxproxy {version()}")
+    root.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
+    sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=summary, description=description)
+        # Accepted after the command too (`ctxproxy serve --config x.yaml`), as the README has it.
+        p.add_argument("--config", metavar="PATH", dest="sub_config", help=CONFIG_HELP)
+        return p
+
+    serve = command(
+        "serve",
+        "run the proxy",
+        "Run the proxy: check the port, bring the database up to date, say where it listens, "
+        "where the database is and whether each upstream answers, then serve until Ctrl+C.",
+    )
+    serve.add_argument(
+        "--host", help="address to listen on (default: listen.host in the config, 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, help="port to listen on (default: listen.port in the config, 8080)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes sharing the port and the database (default: 1)",
+    )
+    command(
+        "migrate",
+        "upgrade the database to the newest schema",
+        "Create the configured database or upgrade it to the newest schema (serve does this "
+        "at start too), then say where it is.",
+    )
+    sessions = command(
+        "sessions",
+        "list sessions, or show one session's turns",
+        "Without SESSION_ID: the most recently active sessions with their turns, failures and "
+        "tokens saved. With it: that session's requests, one line each.",
+    )
+    sessions.add_argument("session_id", nargs="?", metavar="SESSION_ID", help="show this session")
+    sessions.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="sessions to list (default: 50)"
+    )
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    config = getattr(args, "sub_config", None) or args.config
+    try:
+        settings = load_settings(config)
+    except ConfigError as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        return serve_forever(settings, args.host, args.port, args.workers, config)
+    if args.command == "migrate":
+        return migrate(settings)
+    if args.command == "sessions":
+        return show_sessions(settings, args.session_id, args.limit)
+    return 0
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def serve_forever(
+    settings: Settings,
+    host: str | None,
+    port: int | None,
+    workers: int = 1,
+    config: str | None = None,
+) -> int:
+    from proxy.cli import startup
+
+    if workers < 1:
+        print("ctxproxy: --workers must be 1 or more", file=sys.stderr)
+        return 2
+    if workers > 1 and _in_memory_sqlite(settings.database_url):
+        print(
+            "ctxproxy: --workers needs a database the processes can share; an in-memory SQLite "
+            "database exists once per process (use a SQLite file or PostgreSQL)",
+            file=sys.stderr,
+        )
+        return 2
+    host = host or settings.listen.host
+    port = settings.listen.port if port is None else port
+    try:  # before the database is touched: a second `serve` must leave no trace
+        startup.check_port(host, port)
+    except startup.PortUnavailable as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
+
+    import uvicorn
+
+    from proxy.app import create_app
+    from proxy.observe.metrics import configure_logging
+
+    configure_logging(settings.log_level)
+    say(f"ctxproxy {version()} starting")
+    try:  # before any worker starts, so workers never race each other to migrate
+        say("  database   " + _upgrade(settings))
+    except DatabaseUnavailable as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
+    for report in startup.probe_all(settings):
+        say("  " + report.line())
+    say("  " + startup.listening_line(host, port, workers))
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": settings.log_level,
+        "timeout_graceful_shutdown": 30,
+    }
+    if workers == 1:
+        uvicorn.run(create_app(settings), **options)
+        return 0
+    if config:  # worker processes inherit the environment: point them at the same file
+        os.environ["CTXPROXY_CONFIG"] = os.path.abspath(config)
+    uvicorn.run("proxy.app:app_from_env", factory=True, workers=workers, **options)
+    return 0
+
+
+def _in_memory_sqlite(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
+class DatabaseUnavailable(Exception):
+    """The configured database cannot be opened or created; the message says where and why."""
+
+
+def _upgrade(settings: Settings) -> str:
+    """Create or upgrade the database; say which it did and where it is."""
+    from sqlalchemy.exc import OperationalError
+
+    from proxy.store.engine import DriverMissing
+
+    try:
+        return _create_or_upgrade(settings)
+    except DriverMissing as exc:
+        raise DatabaseUnavailable(str(exc)) from None
+    except OperationalError as exc:
+        where = _safe_url(settings.database_url)
+        raise DatabaseUnavailable(
+            f"cannot open the database {where}: {exc.orig}; check database_url"
+        ) from None
+
+
+def _create_or_upgrade(settings: Settings) -> str:
+    from proxy.store import Store
+
+    store = Store(settings.database_url)
+    try:
+        if _in_memory_sqlite(settings.database_url):
+            store.upgrade()
+            return "in memory (SQLite; gone when the process ends)"
+        db_file = store.sqlite_path()
+        where = f"{db_file.resolve()}" if db_file else _safe_url(settings.database_url)
+        if db_file is not None and not db_file.parent.is_dir():
+            raise DatabaseUnavailable(
+                f"the database's folder {db_file.parent.resolve()} does not exist; create it, "
+                "or change database_url"
+            )
+        if db_file is not None and not db_file.exists():
+            store.upgrade()
+            return f"{where} (created)"
+        if store.needs_upgrade():
+            store.upgrade()
+            return f"{where} (upgraded to the newest schema)"
+        return f"{where} (up to date)"
+    finally:
+        store.close()
+
+
+def migrate(settings: Settings) -> int:
+    try:
+        print(f"ctxproxy: database {_upgrade(settings)}")
+    except DatabaseUnavailable as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def show_sessions(settings: Settings, session_id: str | None, limit: int) -> int:
+    from proxy.store import Store
+    from proxy.store.engine import DriverMissing
+
+    try:
+        store = Store(settings.database_url)
+    except DriverMissing as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
+    db_file = store.sqlite_path()
+    try:
+        if db_file is not None and not db_file.exists():  # don't leave an empty file behind
+            print(
+                f"ctxproxy: no database at {db_file}; run `ctxproxy migrate` or `ctxproxy serve`",
+                file=sys.stderr,
+            )
+            return 1
+        if store.needs_upgrade():
+            print(
+                "ctxproxy: the database is empty or outdated; run `ctxproxy migrate`",
+                file=sys.stderr,
+            )
+            return 1
+        if session_id is None:
+            print(sessions_table(store.list_sessions(limit=limit)))
+            return 0
+        detail = store.get_session(session_id)
+        if detail is None:
+            print(f"ctxproxy: no session '{session_id}'", file=sys.stderr)
+            return 1
+        print(turns_table(detail, store.list_exchanges(session_id) or []))
+        return 0
+    finally:
+        store.close()
+
+
+def sessions_table(page: SessionPage) -> str:
+    if not page.data:
+        return "no sessions"
+    rows = [
+        [
+            s.id,
+            s.source,
+            s.model or "",
+            str(s.turns),
+            str(s.totals.retries),
+            str(s.totals.errors),
+            _arrow(s.totals.tokens_original, s.totals.tokens_compiled),
+            _percent(s.totals.tokens_saved, s.totals.tokens_original),
+            _time(s.updated_at),
+            _clip(s.title or "", TITLE_COLUMN),
+        ]
+        for s in page.data
+    ]
+    table = _table(
+        [
+            "SESSION",
+            "SOURCE",
+            "MODEL",
+            "TURNS",
+            "RETRIES",
+            "FAILED",
+            "TOKENS BEFORE → AFTER",
+            "SAVED",
+            "UPDATED",
+            "FIRST MESSAGE",
+        ],
+        rows,
+        right={3, 4, 5, 6, 7},
+    )
+    shown = f"{page.offset + 1}–{page.offset + len(page.data)} of {page.total} sessions"
+    note = "turns: histories sent; retries resend one; tokens: requests that did not fail"
+    return f"{table}\n{shown} · {note}"
+
+
+def turns_table(detail: SessionDetail, exchanges: Sequence[ExchangeSummary]) -> str:
+    s = detail.session
+    head = (
+        f"session {s.id} ({s.source}) · {_count(s.turns, 'turn')}"
+        f" · {_count(s.totals.exchanges, 'request')}"
+        f" ({_count(s.totals.retries, 'retry', 'retries')}, {s.totals.errors} failed)"
+        f" · {detail.history_length} messages"
+        f" · {detail.branch_count} branch{'es' if detail.branch_count != 1 else ''}"
+        f" · saved {_percent(s.totals.tokens_saved, s.totals.tokens_original)}"
+    )
+    if s.title:
+        head += f"\nfirst message: {s.title}"
+    rows = []
+    for x in exchanges:
+        status = "pending" if x.pending else str(x.status) + (" partial" if x.partial else "")
+        if x.error_code == "context_length_exceeded":
+            status += " refused"
+        if x.retry_of is not None:
+            status += f" (retry of {x.retry_of})"
+        rows.append(
+            [
+                str(x.seq),
+                str(x.turn),
+                _time(x.created_at),
+                x.model,
+                status,
+                _arrow(x.tokens_original, x.tokens_compiled),
+                ", ".join(x.phases) or "-",
+            ]
+        )
+    table = _table(
+        ["REQUEST", "TURN", "TIME", "MODEL", "STATUS", "TOKENS BEFORE → AFTER", "PHASES"],
+        rows,
+        right={0, 1, 5},
+    )
+    return f"{head}\n{table}"
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join(line(r) for r in [header, *rows])
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _arrow(before: int, after: int) -> str:
+    return f"{before:,} → {after:,}"
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def _time(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One exchange, in run order: identify, prepare, compile, forward, relay, record."""

@@ -1,0 +1,34 @@
+"""A chat request's checks before the exchange starts: the wire shape and the tool-call
+pairing, on a worker thread when the history is long, so the event loop never waits on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from proxy.exchange import pairing
+from proxy.exchange.privacy import without_identity
+from proxy.formats.chat import ChatHead, chat_head
+
+# Up to this many messages the checks take well under a millisecond: the thread hop would cost
+# more than it saves.
+OFF_LOOP_MESSAGES = 500
+
+
+async def prepare(
+    body: dict[str, Any], policy: str, identity: bool = False
+) -> tuple[ChatHead, dict[str, Any]]:
+    """(what the exchange needs of the request, the body to compile and forward); the client's
+    identity fields go only with `identity` (they still name the session, from `body`)."""
+    messages = body.get("messages")
+    if isinstance(messages, list) and len(messages) > OFF_LOOP_MESSAGES:
+        return await run_in_threadpool(_checked, body, policy, identity)
+    return _checked(body, policy, identity)
+
+
+def _checked(body: dict[str, Any], policy: str, identity: bool) -> tuple[ChatHead, dict[str, Any]]:
+    chat = chat_head(body)  # validated as parse_chat does, without a model per message
+    # What is compiled and sent; `body` stays the raw request, stored as the client sent it.
+    sendable = pairing.apply_policy(body, policy)
+    return chat, sendable if identity else without_identity(sendable)

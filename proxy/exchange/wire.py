@@ -1,0 +1,231 @@
+"""How an exchange that came in on Messages or Responses goes upstream and comes back:
+natively where the upstream serves that API (falling back on a 404), else translated to
+chat completions and the answer translated back, streams included."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from proxy.errors import ProxyError, UpstreamInvalid
+from proxy.exchange import lifecycle as exchange
+from proxy.exchange.compile import Compiled
+from proxy.exchange.privacy import without_identity
+from proxy.exchange.relay import relay
+from proxy.formats.events import Assembler, relay_native
+from proxy.formats.groups import Conversion
+from proxy.formats.reminders import fold
+from proxy.formats.toolnames import REMOVED_KEY
+from proxy.upstream import send as up
+
+API_KEY = "ctxproxy_api"  # in the stored request: which API the exchange came in on
+PRIVATE = "ctxproxy_"  # keys of the stored request that are never forwarded
+PASSED_HEADERS = ("anthropic-version", "anthropic-beta")
+FOLDED = ":folded"  # in Wire.fallbacks: this upstream refused mid-conversation system messages
+REFUSED = (400, 422, 500)  # how templates that raise on them answer (llama.cpp, vLLM)
+LIMIT_KEYS = {"messages": "max_tokens", "responses": "max_output_tokens"}  # the answer's length
+
+
+@dataclass(frozen=True)
+class Codec:
+    """One API's converters, as the forwarding needs them."""
+
+    api: str
+    path: str  # the native path under the upstream's base URL
+    from_view: Callable[[list[dict[str, Any]], Conversion], dict[str, Any]]
+    from_completion: Callable[[dict[str, Any], str, Conversion], dict[str, Any]]
+    translate: Callable[[AsyncIterator[bytes], str, int, Conversion], AsyncIterator[bytes]]
+    assembler: Callable[[], Assembler]
+    is_answer: Callable[[Any], bool]
+    neutral_answer: Callable[[dict[str, Any]], dict[str, Any]]
+    usage_to_openai: Callable[[Any], dict[str, Any] | None]
+    upstream_error: Callable[[int, bytes], dict[str, Any]]
+    error_event: Callable[[ProxyError], bytes]
+    answer_id: Callable[[Any], str] | None = None  # the id of an answer, from its record
+
+
+class Wire:
+    """Passed to exchange.run: forwards the compiled view and renders the answer."""
+
+    def __init__(self, codec: Codec, conversion: Conversion, request: Request, fallbacks: set):
+        self.codec, self.conversion = codec, conversion
+        self.headers = {h: request.headers[h] for h in PASSED_HEADERS if h in request.headers}
+        self.fallbacks = fallbacks  # (upstream, api) pairs that answered 404 natively
+        self.native = False
+
+    def body(self) -> dict[str, Any]:
+        return {**self.conversion.body, API_KEY: self.codec.api}
+
+    def serves_natively(self, upstream: Any) -> bool:
+        known = (upstream.name, self.codec.api) not in self.fallbacks
+        return known and upstream.native(self.codec.api)
+
+    async def forward(
+        self, turn: Any, upstream: Any, body: dict[str, Any], compiled: Compiled
+    ) -> httpx.Response:
+        # A view with anything folded goes translated, where ctxproxy can offer and answer
+        # ctxproxy_recall (recall.translate); it stays folded, so a session switches once.
+        recalling = turn.rounds is not None and turn.services.settings.recall.translate
+        self.native = self.serves_natively(upstream) and not recalling
+        if self.native:
+            turn.rounds = None  # the recall tool goes only with translated exchanges
+            r = await self._send_native(turn, upstream, compiled.messages)
+            if r.status_code not in (404, 405):
+                return r
+            await r.aclose()  # not served there after all: translate from now on
+            self.fallbacks.add((upstream.name, self.codec.api))
+            self.native = False
+        chat = {k: v for k, v in body.items() if not k.startswith(PRIVATE)}
+        turn.tools_removed = body.get(REMOVED_KEY) or []
+        # Chat templates refuse a system message after the first: carry it in a user turn.
+        folded = replace(compiled, messages=fold(compiled.messages))
+        if turn.rounds is not None:  # recall rounds ask again with the same view
+            turn.rounds.compiled = folded
+        return await turn.forward(upstream, chat, folded)
+
+    async def _send_native(
+        self, turn: Any, upstream: Any, view: list[dict[str, Any]]
+    ) -> httpx.Response:
+        """The view in the API's own form; system messages after the first go as they came
+        unless this upstream refused them once (then, and from then on, folded)."""
+        folding = (upstream.name, self.codec.api + FOLDED)
+        folded = fold(view)  # the same list when there is nothing to fold
+        r = await self._post(turn, upstream, folded if folding in self.fallbacks else view)
+        if folded is not view and folding not in self.fallbacks and r.status_code in REFUSED:
+            await r.aclose()
+            r = await self._post(turn, upstream, folded)
+            if r.status_code < 400:
+                self.fallbacks.add(folding)
+        return r
+
+    async def _post(self, turn: Any, upstream: Any, view: list[dict[str, Any]]) -> httpx.Response:
+        outgoing = self._limited(self.codec.from_view(view, self.conversion), turn.limit)
+        if not turn.services.settings.forward_client_identity:
+            outgoing = without_identity(outgoing)
+        try:
+            return await up.send(
+                turn.services.client,
+                upstream,
+                "POST",
+                self.codec.path,
+                json=outgoing,
+                headers=self.headers,
+                stream=True,
+            )
+        except ProxyError as exc:
+            await turn.finish(status=exc.status, error=exc.body()["error"])
+            raise
+
+    async def answer(
+        self,
+        request: Request,
+        turn: Any,
+        r: httpx.Response,
+        upstream: Any,
+        headers: dict[str, str],
+        stream: bool,
+    ) -> Response:
+        headers = {**up.response_headers(r), **headers}
+        headers.pop("content-type", None)
+        if turn.ref is not None and self.codec.answer_id is not None:
+            self.conversion.answer_id = self.codec.answer_id(turn.ref)
+        if stream and r.status_code < 400 and up.is_event_stream(r):
+            headers |= turn.timing_header()
+            return StreamingResponse(
+                self._stream(turn, r, upstream), r.status_code, headers, "text/event-stream"
+            )
+        with turn.timing.span("answer"):
+            response = await self._whole(request, turn, r, upstream, headers, stream)
+        response.headers.update(turn.timing_header())
+        return response
+
+    async def _whole(
+        self,
+        request: Request,
+        turn: Any,
+        r: httpx.Response,
+        upstream: Any,
+        headers: dict[str, str],
+        stream: bool,
+    ) -> Response:
+        """The answer read whole (recall rounds answered) and rendered in the client's API."""
+        if not self.native:
+            await exchange._unless_gone(
+                request, turn, exchange._read_checked(r, turn, upstream, stream)
+            )
+            content = await exchange._unless_gone(request, turn, turn.settle(r))
+            if r.status_code >= 400:
+                return self._error(r, headers)
+            completion = json.loads(content)  # recall rounds answered, their calls taken out
+            answer = self.codec.from_completion(completion, turn.model, self.conversion)
+            return JSONResponse(answer, r.status_code, headers)
+        await exchange._unless_gone(request, turn, self._read_native(r, turn, upstream))
+        if r.status_code >= 400:
+            await turn.finish(status=r.status_code, error=self._error_of(r))
+            return self._error(r, headers)
+        return Response(
+            self._named(r.content), r.status_code, headers, media_type="application/json"
+        )
+
+    def _limited(self, native: dict[str, Any], limit: int | None) -> dict[str, Any]:
+        """The native request asking no more than fits the window (see Turn.outgoing)."""
+        key = LIMIT_KEYS.get(self.codec.api)
+        asked = native.get(key) if key else None
+        if key and limit is not None and isinstance(asked, int) and asked > limit:
+            return {**native, key: limit}
+        return native
+
+    def _named(self, content: bytes) -> bytes:
+        """A native answer under ctxproxy's id where the API's ids are ours (Responses': so
+        that previous_response_id finds it in the store)."""
+        data = _json(content)
+        if not self.conversion.answer_id or not isinstance(data, dict):
+            return content
+        return json.dumps({**data, "id": self.conversion.answer_id}).encode()
+
+    def _stream(self, turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
+        if self.native:
+            answer = self.codec.assembler()
+            answer.our_id = self.conversion.answer_id
+            return relay_native(turn, r, upstream, answer, self.codec.error_event)
+        estimate = turn.sent.tokens_compiled if turn.sent else 0
+        chat = relay(turn, r, upstream)
+        return self.codec.translate(chat, turn.model, estimate, self.conversion)
+
+    async def _read_native(self, r: httpx.Response, turn: Any, upstream: Any) -> None:
+        try:
+            await up.read(r, upstream)
+            data = _json(r.content)
+            if r.status_code < 400 and not self.codec.is_answer(data):
+                raise UpstreamInvalid(
+                    f"Upstream '{upstream.name}' answered {self.codec.path} with something "
+                    f"that is not an answer ({len(r.content)} bytes)"
+                )
+        except ProxyError as exc:
+            await turn.finish(status=exc.status, error=exc.body()["error"])
+            raise
+        if r.status_code < 400:
+            await turn.finish(
+                status=r.status_code,
+                response=self.codec.neutral_answer(data),
+                usage=self.codec.usage_to_openai(data.get("usage")),
+            )
+
+    def _error_of(self, r: httpx.Response) -> dict[str, Any]:
+        return self.codec.upstream_error(r.status_code, r.content)
+
+    def _error(self, r: httpx.Response, headers: dict[str, str]) -> Response:
+        return JSONResponse(self._error_of(r), r.status_code, headers)
+
+
+def _json(content: bytes) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None

@@ -1,0 +1,119 @@
+"""Injected things for handlers: the app's services, the client key check, the request body."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from proxy.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType
+from proxy.formats.chat import parse_json
+
+
+def _services(request: Request) -> Any:
+    return request.app.state.services
+
+
+# Typed as Any to keep routes free of an import cycle with app.py; it is proxy.app.Services.
+ServicesDep = Annotated[Any, Depends(_services)]
+
+
+def bearer_token(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def client_token(request: Request) -> str | None:
+    """The client key: a Bearer token, or Anthropic's x-api-key header."""
+    return bearer_token(request) or request.headers.get("x-api-key") or None
+
+
+def basic_password(request: Request) -> str | None:
+    """The password of HTTP Basic auth: how a browser following a plain link sends a key."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        _, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return password or None
+
+
+def key_matches(given: str | None, allowed: list[str]) -> bool:
+    if given is None:
+        return False
+    # Compare against every key so timing does not reveal which one (or whether any) matched.
+    found = False
+    for key in allowed:
+        found |= hmac.compare_digest(given.encode(), key.encode())
+    return found
+
+
+def key_id(key: str) -> str:
+    """What is stored and shown for a client key: a short hash that names it, never the key."""
+    return "k" + hashlib.sha256(b"ctxproxy-key:" + key.encode()).hexdigest()[:16]
+
+
+def client_key_id(request: Request, services: ServicesDep) -> str | None:
+    """The id of the (already checked) client key, or None when api_keys is unset."""
+    token = client_token(request)
+    return key_id(token) if services.settings.api_keys and token else None
+
+
+def require_client_key(request: Request, services: ServicesDep) -> None:
+    keys = services.settings.api_keys
+    if keys and not key_matches(client_token(request), keys):
+        raise Unauthorized(
+            "Missing or invalid API key (Authorization: Bearer, or the x-api-key header)"
+        )
+
+
+ClientAuth = Depends(require_client_key)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refused with 413 as soon as it passes `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def require_json(request: Request) -> None:
+    """415 unless the body is declared JSON: a browser page can send text/plain, a form or no
+    type at all to another origin without asking first, but not application/json."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json" and not (
+        ctype.startswith("application/") and ctype.endswith("+json")
+    ):
+        raise UnsupportedMediaType(
+            f"Content-Type must be application/json, not '{ctype[:60] or 'none'}'"
+        )
+
+
+# A body this long is parsed on a worker thread, so that the event loop serves other requests.
+OFF_LOOP_BYTES = 1 << 20
+
+
+async def json_body(request: Request, services: ServicesDep) -> dict[str, Any]:
+    require_json(request)
+    raw = await read_body(request, services.settings.max_body_bytes)
+    if len(raw) > OFF_LOOP_BYTES:
+        return await run_in_threadpool(parse_json, raw)
+    return parse_json(raw)
+
+
+JsonBody = Annotated[dict[str, Any], Depends(json_body)]

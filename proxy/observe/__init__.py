@@ -1,0 +1,1 @@
+"""What operators see: Prometheus metrics and the access log."""

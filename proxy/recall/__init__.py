@@ -1,0 +1,1 @@
+"""The ctxproxy_recall tool: definition and search, rounds, the stream filter."""

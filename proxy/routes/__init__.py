@@ -1,1 +1,0 @@
-"""HTTP handlers, one APIRouter per resource."""

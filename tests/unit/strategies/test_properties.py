@@ -1,0 +1,205 @@
+"""Any valid history in: a valid request within budget out, or the typed overflow error."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from proxy.errors import ContextLengthExceeded
+from proxy.exchange.compile import compile_request
+from proxy.exchange.tokens import TokenCounter
+from proxy.settings import CompactionSettings
+from strategies.base import PROMPT_ROLES, canonical_json, iterations
+from strategies.forms import folded_output, folded_user, skeleton
+from strategies.invariants import final_turn, kept_in_latest, pairing_problems
+from strategies.pipeline import request_points
+from strategies.traceback import elided
+
+COUNTER = TokenCounter()
+WORDS = [
+    "error",
+    "ok",
+    "読み込み失敗",
+    "连接数据库",
+    "データ",
+    "None",
+    "é",
+    "🙂",
+    "at frame",
+    "x" * 30,
+]
+TRACE = "Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\nKeyError: 'k'"
+
+text = st.lists(st.sampled_from(WORDS), min_size=0, max_size=12).map(" ".join)
+
+
+@st.composite
+def output(draw) -> str | None | list:
+    kind = draw(st.sampled_from(["short", "huge", "log", "cjk", "parts", "null"]))
+    if kind == "short":
+        return draw(text)
+    if kind == "huge":  # one enormous line, like minified JSON or a binary dump
+        return draw(st.sampled_from(WORDS)) * draw(st.integers(500, 8000))
+    if kind == "log":
+        n = draw(st.integers(50, 600))
+        lines = [f"{draw(st.sampled_from(WORDS))} step {i}" for i in range(n)]
+        return "\n".join(lines + ([TRACE] if draw(st.booleans()) else []))
+    if kind == "cjk":
+        return "\n".join(["数据库连接失败，正在重试"] * draw(st.integers(1, 400)))
+    if kind == "parts":
+        return [{"type": "text", "text": draw(text)}, {"type": "text", "text": "更多"}]
+    return None
+
+
+@st.composite
+def tool_turn(draw, n: int) -> list[dict]:
+    ids = [f"call_{n}_{k}" for k in range(draw(st.integers(1, 3)))]  # parallel calls
+    args = json.dumps({"cmd": draw(text), "path": "src/" + "d/" * draw(st.integers(0, 60))})
+    assistant = {
+        "role": "assistant",
+        "content": draw(st.one_of(st.none(), text)),
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "run", "arguments": args}}
+            for i in ids
+        ],
+    }
+    order = draw(st.permutations(ids))
+    return [assistant] + [
+        {"role": "tool", "tool_call_id": i, "content": draw(output())} for i in order
+    ]
+
+
+@st.composite
+def history(draw) -> list[dict]:
+    msgs: list[dict] = []
+    if draw(st.booleans()):
+        msgs.append({"role": draw(st.sampled_from(sorted(PROMPT_ROLES))), "content": draw(text)})
+    msgs.append({"role": "user", "content": draw(text) or "task"})
+    for n in range(draw(st.integers(0, 14))):
+        step = draw(st.sampled_from(["tools", "tools", "tools", "user", "answer"]))
+        if step == "tools":
+            msgs += draw(tool_turn(n))
+        elif step == "user":
+            image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+            content = draw(st.one_of(text, st.just([{"type": "text", "text": "see"}, image])))
+            msgs.append({"role": "user", "content": content})
+        elif msgs[-1]["role"] != "assistant":
+            msgs.append({"role": "assistant", "content": draw(text) or "done"})
+    if msgs[-1]["role"] == "assistant":
+        msgs.append({"role": "user", "content": "continue"})
+    return msgs
+
+
+PIPELINES = [
+    ["traceback", "tiered", "forget"],
+    ["traceback", "tiered"],
+    ["tiered"],
+    ["fold", "tiered"],
+    ["sliding_window"],
+    ["traceback", "fold", "sliding_window"],
+    ["none"],
+]
+
+
+def most_compact(msgs: list[dict]) -> int:
+    """A lower bound of what cannot go: the prompts and the latest turn's assistant message as
+    sent, and the task, the latest user message and the latest turn's tool outputs at their
+    smallest (evidence) forms."""
+    last = final_turn(msgs)
+    users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
+    keep = {i for i, m in enumerate(msgs) if m.get("role") in PROMPT_ROLES}
+    keep |= set(users[:1] + users[-1:]) | set(range(len(msgs) - last, len(msgs)))
+
+    def smallest(msg: dict) -> int:
+        forms = [
+            msg,
+            elided(msg, "run", min_chars=0, head=10, tail=10),
+            folded_output(msg, "run", keep_evidence=True),
+            folded_output(msg, "run"),
+            folded_user(msg, min_chars=0),
+            skeleton(msg),
+        ]
+        return min(COUNTER.count_message(f) for f in forms if f is not None)
+
+    def least(i: int) -> int:
+        # The latest turn's assistant message stays as sent (kept_in_latest): no skeleton.
+        if i >= len(msgs) - last and msgs[i].get("role") == "assistant":
+            return COUNTER.count_message(msgs[i])
+        return smallest(msgs[i])
+
+    total = sum(least(i) for i in sorted(keep))
+    if len(users) > 1 and users[-1] > users[0] + 1 and msgs[users[0] + 1]["role"] != "user":
+        # Roles keep alternating as sent: one step between the task and the latest user
+        # message stays, whatever it costs.
+        iters = iterations(msgs)
+        steps: dict[int, int] = {}
+        for i in range(users[0] + 1, users[-1]):
+            steps[iters[i]] = steps.get(iters[i], 0) + smallest(msgs[i])
+        total += min(steps.values())
+    return total
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    msgs=history(),
+    window=st.integers(1500, 40_000),
+    pipeline=st.sampled_from(PIPELINES),
+    keep_recent=st.integers(0, 3),
+)
+def test_any_session_compiles_turn_by_turn_to_valid_requests_within_budget(
+    msgs, window, pipeline, keep_recent
+):
+    settings_ = CompactionSettings(
+        pipeline=pipeline,
+        tiered={"keep_recent": keep_recent},
+        fold={"keep_recent": keep_recent},
+        forget={"keep_recent": keep_recent},
+        sliding_window={"keep_recent": keep_recent},
+    )
+    prior, previous = None, None
+    for end in request_points(msgs)[1:]:
+        sent = msgs[:end]
+        body = {"messages": sent, "max_tokens": 256}
+        frozen = copy.deepcopy(body)
+        try:
+            result = compile_request(
+                body, window=window, settings=settings_, counter=COUNTER, prior=prior
+            )
+        except ContextLengthExceeded as exc:
+            assert exc.needed > exc.budget and body == frozen
+            if pipeline == ["traceback", "tiered", "forget"]:  # the default
+                # Never refused while the prompts, task and latest turn fit in their most
+                # compact form (the marker needs a little room too).
+                assert most_compact(sent) + 3 > exc.budget - 200, (most_compact(sent), exc)
+            event("overflow")
+            return
+        assert body == frozen  # input never mutated
+        view = result.messages
+        assert result.tokens_compiled <= result.budget
+        assert COUNTER.count_messages(view) <= result.budget
+        assert not pairing_problems(view)
+        k = final_turn(sent)
+        latest = zip(view[len(view) - k :], sent[len(sent) - k :], strict=True)
+        assert all(kept_in_latest(c, o) for c, o in latest)
+        if sent[0]["role"] in PROMPT_ROLES:
+            assert view[0] == sent[0]
+        for a, b in zip(view, view[1:], strict=False):
+            # no two user (or assistant) messages in a row unless the client sent them so
+            if a["role"] == b["role"] and a["role"] in ("user", "assistant"):
+                assert any(
+                    x["role"] == y["role"] == a["role"]
+                    for x, y in zip(sent, sent[1:], strict=False)
+                )
+        fired = [e for e in result.events if not e.replayed]
+        if previous is not None and not fired:
+            assert view[: len(previous)] == previous  # what was sent stays as it was sent
+        # The same request again from the same stored state, by a fresh process: same bytes.
+        again = compile_request(
+            body, window=window, settings=settings_, counter=TokenCounter(), prior=prior
+        )
+        assert canonical_json(again.messages) == canonical_json(view)
+        event("compacted" if fired else "unchanged")
+        prior, previous = result.state, view
