@@ -203,7 +203,7 @@ class Turn:
             return plain
         hashes = self.hashes or hash_messages(self.messages)
         self.rounds = Rounds(
-            self.services, upstream, counted, compiled, self.messages, hashes, self.factor
+            self.services, upstream, counted, compiled, self.messages, hashes, self.factor, self.ref
         )
         return counted
 
