@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.recall_search import BadQuery, Deadline, compile_query
+from proxy.recall_search import BadQuery, Deadline, Search, compile_query
 
 NAME = "ctxproxy_recall"
 CONTEXT_LINES = 2  # around a matching line
@@ -46,7 +46,7 @@ DEFINITION: dict[str, Any] = {
 # past its end, and never reaches int() (which refuses 4,300+ digits) or range().
 _REF = re.compile(r"^\s*(?:/messages/([0-9a-fA-F]{8,64})|history:(\d+)(?:\s*-\s*(\d+))?)\s*$")
 MAX_DIGITS = 9
-MAX_ARGUMENTS = 1500  # characters of a call's arguments: a ref or a query is far shorter
+MAX_ARGUMENTS = 8000  # characters of a call's arguments read at all: a call is far shorter
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,13 @@ class Recalled:
     text: str
     outcome: str
     tokens: int = 0
+
+
+NO_ROOM = Recalled(
+    "[ctxproxy: no room is left in the context window for recalled text this turn; "
+    "answer from what you have.]",
+    "no_room",
+)
 
 
 def wanted(body: dict[str, Any], tools_supported: bool) -> bool:
@@ -110,18 +117,22 @@ def run(
     if not isinstance(args, dict):
         return _bad('pass an object: {"ref": "..."} or {"query": "..."}')
     ref, query = args.get("ref"), args.get("query")
-    if room < MIN_ROOM:
-        return Recalled(
-            "[ctxproxy: no room is left in the context window for recalled text this turn; "
-            "answer from what you have.]",
-            "no_room",
-        )
-    limit = room * CHARS_PER_TOKEN  # gather no more text than room could ever show
+    limit = max(room, 0) * CHARS_PER_TOKEN  # gather no more text than room could ever show
     if isinstance(ref, str) and ref.strip():
-        return _fit(*_by_ref(ref, messages, hashes, limit), room, count)
-    if isinstance(query, str) and query.strip():
-        return _fit(*_by_query(query, messages, limit, Deadline(seconds)), room, count)
-    return _bad('give a non-empty "ref" (e.g. "history:12") or "query" (words or a regex)')
+        text, outcome = _by_ref(ref, messages, hashes, limit)
+    elif isinstance(query, str) and query.strip():
+        try:
+            search = compile_query(query)
+        except BadQuery as exc:
+            return _bad(str(exc))
+        if room < MIN_ROOM:  # before the search: it would be for nothing
+            return NO_ROOM
+        text, outcome = _by_query(search, query, messages, limit, Deadline(seconds))
+    else:
+        return _bad('give a non-empty "ref" (e.g. "history:12") or "query" (words or a regex)')
+    if outcome != "ok":  # a short answer (nothing found, a bad ref): always said
+        return Recalled(text, outcome, count(text))
+    return _fit(text, outcome, room, count) if room >= MIN_ROOM else NO_ROOM
 
 
 def _bad(why: str) -> Recalled:
@@ -131,7 +142,7 @@ def _bad(why: str) -> Recalled:
 def _by_ref(
     ref: str, messages: Sequence[dict[str, Any]], hashes: Sequence[str], limit: int
 ) -> tuple[str, str]:
-    m = _REF.fullmatch(ref.strip()) if len(ref) <= 200 else None
+    m = _REF.fullmatch(ref.strip())
     if m is None:
         return (
             f'[ctxproxy_recall: "{ref[:80]}" is not a ref; refs look like "/messages/<id>" or '
@@ -174,12 +185,8 @@ def _clamped(first: str, last: str, length: int) -> range:
 
 
 def _by_query(
-    query: str, messages: Sequence[dict[str, Any]], limit: int, deadline: Deadline
+    search: Search, query: str, messages: Sequence[dict[str, Any]], limit: int, deadline: Deadline
 ) -> tuple[str, str]:
-    try:
-        search = compile_query(query)
-    except BadQuery as exc:
-        return f"[ctxproxy_recall: {exc}.]", "bad_call"
     sections, hits, calls, size, searched = [], 0, _calls(messages), 0, 0
     for i, msg in enumerate(messages):
         if deadline.passed() or size > limit:

@@ -53,7 +53,7 @@ def compile_query(query: str) -> Search:
         re.compile(query)
     except (re.error, RecursionError, OverflowError) as exc:
         raise BadQuery(f'"{query[:80]}" is not a valid regular expression') from exc
-    words = re.findall(r"\w+", query)
+    words = re.findall(r"\w{3,}", re.sub(r"\\.", " ", query))  # the literal words, no \w or \1
     if not words:
         raise BadQuery(f'"{query[:80]}" uses what RE2 cannot run, and holds no word to look for')
     return Search(

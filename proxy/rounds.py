@@ -23,6 +23,8 @@ from proxy.errors import UpstreamInvalid
 OVERHEAD = 32  # tokens of the assistant call and tool result wrapping a recalled text
 SHORT = 40  # tokens of a short tool result (no room, over the cap): kept free for each call
 NOTE_ROOM = 48  # tokens kept for the note on calls left out
+SHOWN_ARGUMENTS = 1200  # characters: longer arguments are left out of the view (the longest
+# query, 1,000 characters, fits; a call that long is answered as a bad call anyway)
 OVER_CAP = (
     "[ctxproxy_recall: not run: this answer has had its {} recall calls; answer from what "
     "you have.]"
@@ -295,7 +297,7 @@ def _call_message(message: dict[str, Any], calls: list[dict[str, Any]]) -> dict[
 def _short(call: dict[str, Any]) -> dict[str, Any]:
     fn = call.get("function")
     arguments = fn.get("arguments") if isinstance(fn, dict) else None
-    if not isinstance(arguments, str) or len(arguments) <= recall.MAX_ARGUMENTS:
+    if not isinstance(arguments, str) or len(arguments) <= SHOWN_ARGUMENTS:
         return call
     left = json.dumps({"left_out": f"{len(arguments):,} characters of arguments"})
     return {**call, "function": {**fn, "arguments": left}}
