@@ -195,7 +195,10 @@ def test_a_round_killed_midway_keeps_its_calls_in_the_record(
         f"context_window: {WINDOW}}}\n"
     )
     first = Proxy(["serve", "--config", str(cfg)], tmp_path)
-    body = {"model": "recaller-hang", "messages": history(recall_calls([{"query": "PORT"}]))}
+    body = {
+        "model": "recaller-hang",
+        "messages": history(recall_calls([{"query": "DATABASE_PORT"}])),
+    }
 
     def ask() -> None:
         try:
@@ -220,6 +223,6 @@ def test_a_round_killed_midway_keeps_its_calls_in_the_record(
         x = httpx.get(second.url + "/sessions/killed/exchanges/1").json()
         assert x["exchange"]["pending"] is False and x["error"]["code"] == "interrupted"
         [call] = x["recalls"]
-        assert call["outcome"] == "ok" and "DATABASE_PORT" in call["result"]
+        assert call["outcome"] in ("ok", "truncated") and "DATABASE_PORT" in call["result"]
     finally:
         second.stop()
