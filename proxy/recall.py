@@ -92,11 +92,15 @@ def without_tool(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_recall_tool(tool: Any) -> bool:
-    return isinstance(tool, dict) and (tool.get("function") or {}).get("name") == NAME
+    return isinstance(tool, dict) and _named(tool.get("function"))
 
 
 def is_recall_call(call: Any) -> bool:
-    return isinstance(call, dict) and (call.get("function") or {}).get("name") == NAME
+    return isinstance(call, dict) and _named(call.get("function"))
+
+
+def _named(function: Any) -> bool:
+    return isinstance(function, dict) and function.get("name") == NAME
 
 
 def run(

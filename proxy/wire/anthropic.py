@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from proxy.errors import BadRequest, ContextLengthExceeded, ProxyError
-from proxy.wire import tools
+from proxy.wire import shapes, tools
 from proxy.wire.groups import Conversion, Group, restore, split_head, text_of
 
 API = "messages"
@@ -25,6 +25,7 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
     messages = raw.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: at least one message is required", param="messages")
+    shapes.anthropic_request(raw)
     body: dict[str, Any] = {k: raw[k] for k in _PASSED if k in raw}
     neutral: list[dict[str, Any]] = []
     groups: list[Group] = []

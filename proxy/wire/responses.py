@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from proxy.errors import BadRequest
-from proxy.wire import tools
+from proxy.wire import shapes, tools
 from proxy.wire.groups import Conversion, Group, restore, split_head, text_of
 
 API = "responses"
@@ -23,6 +23,7 @@ _OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def to_neutral(raw: dict[str, Any]) -> Conversion:
+    shapes.responses_request(raw)
     items = raw.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]

@@ -9,6 +9,7 @@ unicode, NUL), a field dropped, a field added. The upstream is the scripted one 
 from __future__ import annotations
 
 import copy
+import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -238,6 +239,7 @@ def client(scripted_server, tmp_path_factory) -> Iterator[TestClient]:
 
 
 RAN: dict[str, int] = {}
+EXAMPLES = int(os.environ.get("CTXPROXY_FUZZ_EXAMPLES", "150"))  # per API; ~6 s per 150
 
 
 @pytest.mark.parametrize("path", list(BASES))
@@ -250,7 +252,7 @@ def test_no_body_gets_a_5xx(client: TestClient, path: str) -> None:
 
     @given(body=bodies(base))
     @settings(
-        max_examples=120,
+        max_examples=EXAMPLES,
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
