@@ -8,6 +8,7 @@ unicode, NUL), a field dropped, a field added. The upstream is the scripted one 
 
 from __future__ import annotations
 
+import base64
 import copy
 import os
 from collections import Counter
@@ -270,3 +271,58 @@ def test_no_body_gets_a_5xx(client: TestClient, path: str) -> None:
     print(path, RAN[path], "bodies:", dict(statuses))
     assert statuses[200] >= 10 and statuses[400] >= 10  # both kinds were tried
     assert not failures, f"{len(failures)} of {RAN[path]} bodies: " + "\n\n".join(failures[:3])
+
+
+def _forged(seq: str) -> str:
+    """A response id as ctxproxy makes them, naming a sequence no exchange has."""
+    return "resp_" + base64.urlsafe_b64encode(f"fp-x/{seq}".encode()).decode().rstrip("=")
+
+
+def _anthropic(content: Any) -> dict[str, Any]:
+    return {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": content}]}
+
+
+KNOWN: list[tuple[str, dict[str, Any], str]] = [
+    ("/v1/messages", _anthropic([{"type": "text", "text": {"a": 1}}]), "content.0.text"),
+    ("/v1/messages", _anthropic([{"type": "image", "source": "x"}]), "content.0.source"),
+    ("/v1/messages/count_tokens", _anthropic([{"type": "text", "text": [1]}]), "0.text"),
+    ("/v1/messages", {**_anthropic("hi"), "model": None}, "model"),
+    ("/v1/messages", {**_anthropic("hi"), "tool_choice": {"type": ["auto"]}}, "tool_choice"),
+    ("/v1/responses", {"model": "echo", "input": "hi", "previous_response_id": 5}, "string"),
+    (
+        "/v1/responses",
+        {"model": "echo", "input": "hi", "previous_response_id": _forged(str(2**63))},
+        "not a stored response",
+    ),
+    (
+        "/v1/responses",
+        {"model": "echo", "input": "hi", "previous_response_id": _forged("1" * 5001)},
+        "not a stored response",
+    ),
+    (
+        "/v1/responses",
+        {
+            "model": "echo",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": [1]}]}],
+        },
+        "input.0.content.0.text",
+    ),
+]
+
+
+@pytest.mark.parametrize("path, body, says", KNOWN)
+def test_bodies_that_were_500s_are_400s_naming_the_field(
+    client: TestClient, path: str, body: dict[str, Any], says: str
+) -> None:
+    r = client.post(path, json=body)
+    assert r.status_code == 400, r.text
+    assert says in r.json()["error"]["message"]
+
+
+def test_a_tool_whose_function_is_no_object_goes_to_the_upstream_to_judge(
+    client: TestClient,
+) -> None:
+    """It was a 500 (the recall tool check read it); now it travels as it came."""
+    body = {**CHAT, "tools": [{"type": "function", "function": ["read_file"]}]}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "echo: go on"
