@@ -1,4 +1,4 @@
-"""ctxproxy_recall's query search: RE2 over whole messages (words: str.find) against Python's `re` line by line.
+"""ctxproxy_recall's query search (RE2, or str.find for words) against `re` line by line.
 
 Ordinary queries over a long agent history (200 tool outputs, ~3.8 MB), then the hostile ones
 that `re` backtracks on. Prints a table of medians: figure, baseline (`re`), ratio.
