@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException
 
 from proxy import openapi
 from proxy.calibration import Calibration
+from proxy.conversations import Conversations
 from proxy.errors import ProxyError, StorageUnavailable, error_body
 from proxy.guard import HostGuard
 from proxy.liveness import Liveness
@@ -58,6 +59,8 @@ class Services:
     metrics: Metrics
     # (upstream, api) pairs that answered 404 natively: translated from then on
     wire_fallbacks: set[tuple[str, str]] = field(default_factory=set)
+    # recent fingerprint sessions, so an agent's side requests join their conversation
+    conversations: Conversations = field(default_factory=Conversations)
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:

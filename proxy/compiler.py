@@ -26,6 +26,14 @@ class Compiled:
     state: ViewState | None = None  # the decisions to store for the session's next turn
     factor: float = 1.0  # the calibration the estimates were made with
     raw_prompt: int = 0  # the uncorrected count behind tokens_compiled's estimate
+    tools: int = 0  # the tool definitions' estimate, outside `budget` and inside the counts
+    reserve: int = 0  # tokens kept for the answer
+
+    @property
+    def prompt_budget(self) -> int | None:
+        """What the whole prompt may take, tools included: the basis of tokens_compiled, so
+        the two add up wherever they are shown (headers, audit, viewer, access log)."""
+        return None if self.budget is None else self.budget + self.tools
 
     def summary(self) -> str:
         """For the X-Ctxproxy-Compaction header: the passes that fired for this request, in
@@ -52,6 +60,7 @@ def compile_request(
         original = counter.estimate(raw)
         return Compiled(messages, original, original, None, None, [], None, factor, raw)
     tools_tokens = counter.estimate(tools_raw)
+    reserve = answer_reserve(body, window, settings)
     budget = message_budget(body, window, settings, tools_tokens)
     plan = make_plan(settings, budget)
     try:
@@ -66,13 +75,7 @@ def compile_request(
             # compile of the whole history may still fit, and a refusal would lose the turn.
             result = compile_view(messages, plan, counter.count_message, _measure(counter))
     except OverBudget as exc:
-        largest = None
-        if exc.largest is not None:
-            index, role, tokens = exc.largest
-            largest = (index, role, counter.estimate(tokens))
-        raise ContextLengthExceeded(
-            exc.needed + tools_tokens, budget + tools_tokens, window, largest
-        ) from exc
+        raise _refusal(exc, messages, counter, tools_tokens, budget, window, reserve) from exc
     original = counter.estimate(result.original_tokens + REPLY_PRIMING + tools_raw)
     raw = result.state.view_tokens + REPLY_PRIMING + tools_raw
     return Compiled(
@@ -85,14 +88,77 @@ def compile_request(
         result.state,
         factor,
         raw,
+        tools_tokens,
+        reserve,
     )
 
 
+def asked_tokens(body: dict) -> int | None:
+    """The answer's length the client asked for, if any."""
+    asked = _positive_int(body.get("max_completion_tokens"))
+    return asked or _positive_int(body.get("max_tokens"))
+
+
+def answer_reserve(body: dict, window: int, settings: CompactionSettings) -> int:
+    """Tokens kept for the answer: what the client asked (else reserve_tokens), but at most
+    an eighth of the window (or reserve_tokens, if more) and never half of it. Agents ask
+    32,000 of any model they do not know; reserving all of it would leave the prompt no room,
+    and the limit forwarded is raised again to what the compiled prompt leaves (answer_limit)."""
+    share = max(window // 8, settings.reserve_tokens)
+    return min(asked_tokens(body) or settings.reserve_tokens, share, window // 2)
+
+
+def safety_margin(window: int, settings: CompactionSettings) -> int:
+    return math.ceil(settings.safety_margin * window)
+
+
 def message_budget(body: dict, window: int, settings: CompactionSettings, tools: int) -> int:
-    """window - completion reserve - safety margin - tool schemas: what messages may use."""
-    reserve = _positive_int(body.get("max_completion_tokens"))
-    reserve = reserve or _positive_int(body.get("max_tokens")) or settings.reserve_tokens
-    return window - reserve - math.ceil(settings.safety_margin * window) - tools
+    """window - answer reserve - safety margin - tool schemas: what messages may use."""
+    reserve = answer_reserve(body, window, settings)
+    return window - reserve - safety_margin(window, settings) - tools
+
+
+def answer_limit(body: dict, compiled: Compiled, settings: CompactionSettings) -> int | None:
+    """The answer length to forward when the client asked more than the window has left after
+    the compiled prompt (vLLM refuses prompt + max_tokens > max_model_len; llama.cpp stops at
+    the window's end anyway); None to forward the client's figure unchanged."""
+    asked, window = asked_tokens(body), compiled.window
+    if asked is None or window is None:
+        return None
+    left = window - safety_margin(window, settings) - compiled.tokens_compiled
+    limit = max(left, compiled.reserve)
+    return limit if limit < asked else None
+
+
+def _refusal(
+    exc: OverBudget,
+    messages: list[dict],
+    counter: TokenCounter,
+    tools: int,
+    budget: int,
+    window: int,
+    reserve: int,
+) -> ContextLengthExceeded:
+    """The refusal in the request's own terms: its fixed part (leading system and developer
+    prompts, tool definitions) against what the window leaves for the prompt."""
+    largest = None
+    if exc.largest is not None:
+        index, role, tokens = exc.largest
+        largest = (index, role, counter.estimate(tokens))
+    lead = 0
+    for m in messages:
+        if m.get("role") not in ("system", "developer"):
+            break
+        lead += counter.count_message(m)
+    return ContextLengthExceeded(
+        exc.needed + tools,
+        budget + tools,
+        window,
+        largest,
+        prompts=counter.estimate(lead),
+        tools=tools,
+        reserve=reserve,
+    )
 
 
 def make_plan(settings: CompactionSettings, budget: int) -> Plan:

@@ -45,6 +45,11 @@ class BadRequest(ProxyError):
 
 
 class ContextLengthExceeded(BadRequest):
+    """The prompt cannot fit even in its most compact form. `needed` and `budget` are on the
+    same basis, the whole prompt (tools included); with `prompts`, `tools` and `reserve` known
+    the message names the fixed part (system/developer prompts and tool definitions) when it
+    alone leaves the conversation no room, else the conversation's largest message."""
+
     code = "context_length_exceeded"
 
     def __init__(
@@ -53,21 +58,55 @@ class ContextLengthExceeded(BadRequest):
         budget: int,
         window: int | None,
         largest: tuple[int, str, int] | None = None,
+        *,
+        prompts: int | None = None,
+        tools: int = 0,
+        reserve: int | None = None,
     ):
-        self.needed, self.budget, self.window = needed, budget, window
-        culprit = "Shorten the latest messages or tools."
-        if largest is not None:
-            index, role, tokens = largest
-            culprit = (
-                f"The largest message is messages[{index}] ({role}, {tokens} tokens even in "
-                f"its most compact form); it is {needed - budget} tokens too many: shorten it."
+        self.needed, self.budget, self.window = needed, max(budget, 0), window
+        self.fixed = None if prompts is None else prompts + tools
+        where = _room(self.budget, window, reserve)
+        if self.fixed is not None and self.fixed >= self.budget:
+            message = (
+                f"This request's fixed part alone does not fit: its system/developer prompts "
+                f"({prompts} tokens) and tool definitions ({tools} tokens) take {self.fixed} "
+                f"tokens, and {where}. The prompt needs at least {needed} tokens. Use a model "
+                f"with a larger context window, or a shorter system prompt or fewer tools."
             )
-        super().__init__(
-            f"This request needs {needed} tokens even in its most compact form, but the "
-            f"budget for the prompt is {budget} tokens (context window {window}, less the "
-            f"completion reserve and safety margin). {culprit}",
-            param="messages",
-        )
+        else:
+            over = needed - self.budget
+            short = f"{over} more than fit" if over > 0 else "and the upstream refused it"
+            message = (
+                f"This request needs {needed} tokens even in its most compact form, "
+                f"{short}: {where}.{_rest(self.fixed, self.budget)} {_culprit(largest)}"
+            )
+        super().__init__(message, param="messages")
+
+
+def _room(budget: int, window: int | None, reserve: int | None) -> str:
+    kept = "less the answer's reserve and the safety margin"
+    if reserve is not None and window is not None:
+        kept = f"{reserve} kept for the answer and {window - reserve - budget} as a safety margin"
+    return f"the context window of {window} tokens leaves {budget} for the prompt ({kept})"
+
+
+def _rest(fixed: int | None, budget: int) -> str:
+    if fixed is None:
+        return ""
+    return (
+        f" Its fixed part (system/developer prompts and tools) takes {fixed}, "
+        f"leaving {budget - fixed} for the conversation."
+    )
+
+
+def _culprit(largest: tuple[int, str, int] | None) -> str:
+    if largest is None:
+        return "Shorten the latest messages."
+    index, role, tokens = largest
+    return (
+        f"The largest message is messages[{index}] ({role}, {tokens} tokens even in its "
+        f"most compact form): shorten it."
+    )
 
 
 class Unauthorized(ProxyError):

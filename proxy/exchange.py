@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from proxy import answers, observe, recall, rounds
 from proxy import upstream as up
 from proxy.calibration import exact_prompt_tokens, next_factor
-from proxy.compiler import Compiled, compile_request, message_budget
+from proxy.compiler import Compiled, answer_limit, asked_tokens, compile_request, message_budget
 from proxy.deps import client_key_id
 from proxy.disconnect import ClientClosed, unless_disconnected
 from proxy.errors import (
@@ -38,6 +38,7 @@ from proxy.sse import MAX_CHOICES
 from proxy.store import RequestRef
 from proxy.store.states import Decisions, Prior
 from proxy.store.store import hash_messages
+from proxy.timing import Timing
 
 log = logging.getLogger("ctxproxy.exchange")
 T = TypeVar("T")
@@ -54,60 +55,105 @@ async def run(
 
     `wire` (proxy/wire/forward.py) is how an exchange that came in on another API than chat
     completions is forwarded and answered; `body` is then its neutral form."""
-    started = time.monotonic()
+    timing = Timing(time.monotonic())
+    try:
+        return await _exchange(request, body, services, session, wire, timing)
+    except ProxyError as exc:  # an error answer says what ctxproxy cost too
+        exc.headers = {**(exc.headers or {}), "server-timing": timing.header()}
+        raise
+
+
+async def _exchange(
+    request: Request,
+    body: dict[str, Any],
+    services: Any,
+    session: str | None,
+    wire: Any,
+    timing: Timing,
+) -> Response:
     # The wire shape checked; `sendable` is what is compiled and sent (repaired, if the policy
     # says so), while `body` stays the raw request, stored as the client sent it.
     chat, sendable = await prepare(body, services.settings.compaction.invalid_pairing)
     upstream = services.settings.upstream_for(chat.model)
     if upstream is None:
         raise ModelNotFound(chat.model)
-    turn = Turn(services, started, upstream.name, chat.model)
+    turn = Turn(services, timing, upstream.name, chat.model)
     owner = client_key_id(request, services)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
+    key = services.conversations.place(key, body)
     window = await services.windows.window(upstream, chat.model)
-    await turn.load_prior(key.id, body, sendable)
+    with timing.span("store"):
+        await turn.load_prior(key.id, body, sendable)
     factor = turn.session_factor(services.calibration.factor(upstream.name, chat.model))
     # Wherever the recall tool may be offered the budget leaves room for it, so offering it
     # never changes which view is sent.
     offered = services.settings.recall.enabled and recall.wanted(sendable, upstream.tools)
     counted = recall.with_tool(sendable) if offered else sendable
     try:
-        compiled = await turn.fit(upstream, counted, window, factor)
+        with timing.span("compile"):
+            compiled = await turn.fit(upstream, counted, window, factor)
     except ContextLengthExceeded as exc:
-        await turn.record(key, body, upstream.name, None, refused=exc, counted=counted)
+        with timing.span("store"):
+            await turn.record(key, body, upstream.name, None, refused=exc, counted=counted)
         await turn.finish(status=exc.status, error=exc.body()["error"])
+        if turn.refused is not None:  # its real figures, as an answer's would be
+            exc.headers = compilation_headers(turn.refused) | {"x-ctxproxy-session": key.id}
         raise
-    await turn.record(key, body, upstream.name, compiled)
+    with timing.span("store"):
+        await turn.record(key, body, upstream.name, compiled)
     send = turn.forward if wire is None else partial(wire.forward, turn)
-    outgoing = turn.outgoing(upstream, sendable, counted, compiled)
-    r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
-    overflow = await _overflow_of(r, turn, upstream)
-    if overflow and compiled.budget is not None:
-        # The upstream counted more than we estimated: learn from its figures, refit, retry once.
-        compiled = await turn.refit(counted, compiled, overflow)
-        outgoing = turn.outgoing(upstream, sendable, counted, compiled)
-        r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
-        if again := await _overflow_of(r, turn, upstream):
-            exc = ContextLengthExceeded(
-                again.prompt_tokens or compiled.tokens_compiled,
-                compiled.budget or 0,
-                again.window or compiled.window,
-            )
-            await turn.finish(status=exc.status, error=exc.body()["error"])
-            raise exc
+    r, compiled = await _send_fitted(request, turn, upstream, send, (sendable, counted), compiled)
     headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
+    if turn.limit is not None:
+        headers["x-ctxproxy-max-tokens"] = f"{asked_tokens(sendable)}->{turn.limit}"
     if wire is not None:
         return await wire.answer(request, turn, r, upstream, headers, bool(chat.stream))
     if chat.stream and r.status_code < 400 and up.is_event_stream(r):
         return StreamingResponse(
             relay(turn, r, upstream),
             r.status_code,
-            up.response_headers(r) | headers,
+            up.response_headers(r) | headers | turn.timing_header(),
             media_type="text/event-stream",
         )
-    await _unless_gone(request, turn, _read_checked(r, turn, upstream, bool(chat.stream)))
-    content = await _unless_gone(request, turn, turn.settle(r))
-    return Response(content, r.status_code, up.response_headers(r) | headers)
+    with timing.span("answer"):
+        await _unless_gone(request, turn, _read_checked(r, turn, upstream, bool(chat.stream)))
+        content = await _unless_gone(request, turn, turn.settle(r))
+    return Response(content, r.status_code, up.response_headers(r) | headers | turn.timing_header())
+
+
+async def _send_fitted(
+    request: Request,
+    turn: Turn,
+    upstream: Any,
+    send: Callable[..., Awaitable[httpx.Response]],
+    bodies: tuple[dict[str, Any], dict[str, Any]],
+    compiled: Compiled,
+) -> tuple[httpx.Response, Compiled]:
+    """Forward the view; an upstream that counts it over its window gets one refit view."""
+    sendable, counted = bodies
+    timing = turn.timing
+    outgoing = turn.outgoing(upstream, sendable, counted, compiled)
+    with timing.span("upstream"):
+        r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
+        overflow = await _overflow_of(r, turn, upstream)
+    if not overflow or compiled.budget is None:
+        return r, compiled
+    # The upstream counted more than we estimated: learn from its figures, refit, retry once.
+    with timing.span("compile"):
+        compiled = await turn.refit(counted, compiled, overflow)
+    outgoing = turn.outgoing(upstream, sendable, counted, compiled)
+    with timing.span("upstream"):
+        r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
+        again = await _overflow_of(r, turn, upstream)
+    if again:
+        exc = ContextLengthExceeded(
+            again.prompt_tokens or compiled.tokens_compiled,
+            compiled.prompt_budget or 0,
+            again.window or compiled.window,
+        )
+        await turn.finish(status=exc.status, error=exc.body()["error"])
+        raise exc
+    return r, compiled
 
 
 async def _unless_gone(request: Request, turn: Turn, work: Awaitable[T]) -> T:
@@ -140,12 +186,13 @@ async def _overflow_of(r: httpx.Response, turn: Turn, upstream: Any) -> Overflow
 class Turn:
     """One exchange's record: written before forwarding, completed when the answer ends."""
 
-    def __init__(self, services: Any, started: float, upstream: str, model: str):
+    def __init__(self, services: Any, timing: Timing, upstream: str, model: str):
         self.services = services
         self.upstream, self.model = upstream, model
         self.store = services.store
         self.pipeline = list(services.settings.compaction.pipeline)
-        self.started = started
+        self.timing = timing
+        self.started = timing.started
         self.ref: RequestRef | None = None
         self.factor = 1.0
         self.compiled: Compiled | None = None
@@ -156,6 +203,9 @@ class Turn:
         self.hashes: list[str] | None = None
         self.prior: Prior | None = None
         self.rounds: Rounds | None = None  # set when the recall tool is offered
+        self.tools_removed: list[dict[str, Any]] = []  # set by the wire when it translates
+        self.limit: int | None = None  # the answer length forwarded, when lower than asked
+        self.refused: Compiled | None = None  # a refused request's figures, for the log
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this turn's view starts from."""
@@ -169,6 +219,10 @@ class Turn:
     ) -> tuple[list[str], Prior | None]:
         hashes = hash_messages(messages)  # one thread hop for both: each costs a loop turn
         return hashes, None if fresh else self.store.load_state(session_id, hashes)
+
+    def timing_header(self) -> dict[str, str]:
+        """Server-Timing as of now: sent with the answer's head."""
+        return {"server-timing": self.timing.header()}
 
     def session_factor(self, default: float) -> float:
         """The session's own calibration, moved by what the upstream counted last turn."""
@@ -197,15 +251,19 @@ class Turn:
     def outgoing(
         self, upstream: Any, plain: dict[str, Any], counted: dict[str, Any], compiled: Compiled
     ) -> dict[str, Any]:
-        """What to send: with the recall tool when the view holds anything folded or left out."""
+        """What to send: with the recall tool when the view holds anything folded or left out,
+        and an answer length that fits what the window has left."""
+        self.limit = answer_limit(plain, compiled, self.services.settings.compaction)
         self.rounds = None
         if counted is plain or not folded(compiled):
-            return plain
+            return limited(plain, self.limit)
         hashes = self.hashes or hash_messages(self.messages)
+        # Recall rounds grow the prompt up to the budget: their answers keep to the reserve.
+        kept = limited(counted, compiled.reserve if compiled.window else None)
         self.rounds = Rounds(
-            self.services, upstream, counted, compiled, self.messages, hashes, self.factor, self.ref
+            self.services, upstream, kept, compiled, self.messages, hashes, self.factor, self.ref
         )
-        return counted
+        return limited(counted, self.limit)
 
     async def settle(self, r: httpx.Response) -> bytes:
         """Close the record of a whole JSON answer; recall calls in it are answered first."""
@@ -279,7 +337,7 @@ class Turn:
         self.attempts.append(
             {
                 "tokens_compiled": first.tokens_compiled,
-                "budget": first.budget,
+                "budget": first.prompt_budget,
                 "window": first.window,
                 "factor": self.factor,
                 "upstream_prompt_tokens": overflow.prompt_tokens,
@@ -305,7 +363,7 @@ class Turn:
                 self.messages,
                 compiled.messages,
                 tokens_compiled=compiled.tokens_compiled,
-                budget=compiled.budget,
+                budget=compiled.prompt_budget,
                 window=compiled.window,
                 events=[e.to_dict() for e in compiled.events],
                 decided=self.decisions(compiled),
@@ -338,6 +396,7 @@ class Turn:
             compiled = Compiled(
                 [], whole.tokens_original, refused.needed, refused.budget, refused.window
             )
+            self.refused = compiled
         self.ref = await run_in_threadpool(
             self.store.record_request,
             key.id,
@@ -351,7 +410,7 @@ class Turn:
             compiled=compiled.messages if compiled else [],
             tokens_original=compiled.tokens_original if compiled else 0,
             tokens_compiled=compiled.tokens_compiled if compiled else 0,
-            budget=compiled.budget if compiled else None,
+            budget=compiled.prompt_budget if compiled else None,
             window=compiled.window if compiled else None,
             pipeline=self.pipeline,
             events=[e.to_dict() for e in compiled.events] if compiled else [],
@@ -418,9 +477,20 @@ def answer_json(r: httpx.Response) -> dict[str, Any]:
 
 
 def compilation_headers(compiled: Compiled) -> dict[str, str]:
+    """The figures on one basis: the whole prompt, tool definitions included."""
+    budget = compiled.prompt_budget
     return {
         "x-ctxproxy-tokens-original": str(compiled.tokens_original),
         "x-ctxproxy-tokens-compiled": str(compiled.tokens_compiled),
-        "x-ctxproxy-budget": "" if compiled.budget is None else str(compiled.budget),
+        "x-ctxproxy-budget": "" if budget is None else str(budget),
         "x-ctxproxy-compaction": compiled.summary(),
     }
+
+
+def limited(body: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    """`body` asking for at most `limit` answer tokens (a copy, where it asked for more)."""
+    keys = ("max_tokens", "max_completion_tokens")
+    over = [
+        k for k in keys if limit is not None and isinstance(body.get(k), int) and body[k] > limit
+    ]
+    return {**body, **dict.fromkeys(over, limit)} if over else body

@@ -116,12 +116,16 @@ class Exchange:
     ttft_s: float | None
     tokens_original: int
     tokens_compiled: int
+    budget: int | None = None  # the prompt's, tools included: the basis of tokens_compiled
+    window: int | None = None
+    counted: bool = True  # False for a refused request: its figures are logged, not counted
     events: list[CompactionEvent] = field(default_factory=list)
     partial: bool = False
     error: dict[str, Any] | None = None
     messages: list[dict[str, Any]] | None = None  # only logged with log_content
     response: dict[str, Any] | None = None
     recalls: list[dict[str, Any]] = field(default_factory=list)
+    tools_removed: list[dict[str, Any]] = field(default_factory=list)  # left out by translation
 
 
 def exchange_finished(
@@ -135,6 +139,7 @@ def exchange_finished(
 ) -> None:
     """Called by exchange.Turn.finish once the exchange is recorded: count it, log it."""
     sent, ref = turn.sent, turn.ref
+    figures = sent or turn.refused  # a refused request's figures are what it needed
     x = Exchange(
         session=ref.session_id,
         seq=ref.seq,
@@ -144,14 +149,18 @@ def exchange_finished(
         status=status,
         latency_s=now - turn.started,
         ttft_s=None if first is None else first - turn.started,
-        tokens_original=sent.tokens_original if sent else 0,
-        tokens_compiled=sent.tokens_compiled if sent else 0,
+        tokens_original=figures.tokens_original if figures else 0,
+        tokens_compiled=figures.tokens_compiled if figures else 0,
+        budget=figures.prompt_budget if figures else None,
+        window=figures.window if figures else None,
+        counted=sent is not None,
         events=list(sent.events) if sent else [],
         partial=partial,
         error=error,
         messages=turn.messages,
         response=response,
         recalls=turn.rounds.records if turn.rounds else [],
+        tools_removed=list(getattr(turn, "tools_removed", [])),
     )
     services = turn.services
     observe(services.metrics, x, log_content=services.settings.log_content)
@@ -174,8 +183,9 @@ def _count(m: Metrics, x: Exchange) -> None:
     m.chat_latency.labels(x.upstream, stream).observe(x.latency_s)
     if x.stream and x.ttft_s is not None:
         m.ttft.labels(x.upstream).observe(x.ttft_s)
-    m.tokens_original.labels(x.upstream).inc(x.tokens_original)
-    m.tokens_compiled.labels(x.upstream).inc(x.tokens_compiled)
+    if x.counted:  # a refused request sent nothing upstream
+        m.tokens_original.labels(x.upstream).inc(x.tokens_original)
+        m.tokens_compiled.labels(x.upstream).inc(x.tokens_compiled)
     for e in x.events:
         if e.replayed:
             continue
@@ -215,11 +225,15 @@ def access_record(x: Exchange, log_content: bool) -> dict[str, Any]:
         "ttft_ms": None if x.ttft_s is None else round(x.ttft_s * 1000, 1),
         "tokens_original": x.tokens_original,
         "tokens_compiled": x.tokens_compiled,
+        "budget": x.budget,
+        "window": x.window,
         "phases": phases,
         "pid": os.getpid(),
     }
     if x.recalls:
         record["recalls"] = [c["outcome"] for c in x.recalls]
+    if x.tools_removed:  # the client offered them; the translated request could not carry them
+        record["tools_removed"] = [t.get("name") or t.get("type") for t in x.tools_removed]
     if x.error:
         # Type and code only: an upstream's error message may quote the prompt.
         record["error"] = {"type": x.error.get("type"), "code": x.error.get("code")}

@@ -93,6 +93,8 @@ class Script:
         body = json.loads(self.raw[-1])
         self.received.append(body)
         self.headers.append(dict(request.headers))
+        if (refused := strict_template(body["model"], body["messages"])) is not None:
+            return refused
         last = body["messages"][-1]["content"]
         text = last if isinstance(last, str) else last[-1].get("text", "")
         return JSONResponse(
@@ -113,6 +115,9 @@ class Script:
         self.raw.append(await request.body())
         body = json.loads(self.raw[-1])
         self.received.append(body)
+        items = body["input"] if isinstance(body["input"], list) else []
+        if (refused := strict_template(body["model"], items)) is not None:
+            return refused
         last = body["input"] if isinstance(body["input"], str) else body["input"][-1]
         text = last if isinstance(last, str) else str(last.get("content") or last.get("output"))
         message = {
@@ -152,6 +157,8 @@ class Script:
         self.received.append(body)
         self.headers.append(dict(request.headers))
         model, stream = body["model"], bool(body.get("stream"))
+        if (refused := strict_template(model, body["messages"])) is not None:
+            return refused
         if model.startswith("fail-"):
             code = int(model.removeprefix("fail-"))
             headers = {"retry-after": "7"} if code == 429 else None
@@ -179,9 +186,15 @@ class Script:
             await asyncio.sleep(3600)
         if model == "tools":
             return self._tools(body, stream)
+        if model.startswith("call:"):  # calls the tool named after the colon, if offered
+            return self._call_named(model.removeprefix("call:"), body, stream)
         if model.startswith("recaller"):
             return self._recaller(body, stream, mixed=model == "recaller-mixed")
         text = "echo: " + last_user_text(body["messages"])
+        if model in ("thinker", "thinker-vllm") and not stream:  # reasoning first, as llama.cpp
+            field = "reasoning" if model == "thinker-vllm" else "reasoning_content"
+            msg = {"role": "assistant", "content": text, field: "I should echo it."}
+            return JSONResponse(completion(model, text, body, message=msg))
         if not stream:
             return JSONResponse(completion(model, text, body))
         source = {
@@ -224,6 +237,19 @@ class Script:
         if not stream:
             msg = {"role": "assistant", "content": None, "tool_calls": calls}
             return JSONResponse(completion("tools", None, body, message=msg, finish="tool_calls"))
+        return StreamingResponse(self._tool_deltas(calls), media_type="text/event-stream")
+
+    def _call_named(self, name: str, body: dict[str, Any], stream: bool) -> Response:
+        offered = [(t.get("function") or {}).get("name") for t in body.get("tools") or []]
+        if name not in offered:
+            return JSONResponse(completion(body["model"], f"no tool {name}", body))
+        args = json.dumps({"input": "*** Begin Patch\n*** End Patch", "message": "look"})
+        fn = {"name": name, "arguments": args}
+        calls = [{"id": "call_1", "type": "function", "function": fn}]
+        if not stream:
+            msg = {"role": "assistant", "content": None, "tool_calls": calls}
+            answer = completion(body["model"], None, body, message=msg, finish="tool_calls")
+            return JSONResponse(answer)
         return StreamingResponse(self._tool_deltas(calls), media_type="text/event-stream")
 
     def _recaller(self, body: dict[str, Any], stream: bool, mixed: bool) -> Response:
@@ -303,6 +329,10 @@ class Script:
 
     async def _words(self, model: str, text: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
         yield sse(chunk(model, {"role": "assistant", "content": ""}))
+        if model.startswith("thinker"):
+            field = "reasoning" if model == "thinker-vllm" else "reasoning_content"
+            for word in ("I should ", "echo it."):
+                yield sse(chunk(model, {field: word}))
         for word in text.split(" "):
             yield sse(chunk(model, {"content": word + " "}))
             await asyncio.sleep(0.001)
@@ -355,6 +385,17 @@ class Script:
             yield sse(chunk(model, {"content": f"{i % 10}" * 65536}))
         yield sse(chunk(model, {}, finish="stop"))
         yield b"data: [DONE]\n\n"
+
+
+def strict_template(model: str, messages: list[dict[str, Any]]) -> Response | None:
+    """Model "strict": a chat template that raises on a system message after the first (Qwen's,
+    Llama's), answered as real llama.cpp answers it: HTTP 400."""
+    roles = [m.get("role") for m in messages if isinstance(m, dict)]
+    late = [r for r in roles[1:] if r in ("system", "developer")]
+    if model != "strict" or not late:
+        return None
+    message = "Unable to generate parser for this template: System message must be at the start"
+    return JSONResponse({"error": {"code": 400, "message": message}}, status_code=400)
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:

@@ -12,7 +12,7 @@ from proxy.errors import ContextLengthExceeded, ModelNotFound
 from proxy.protocol import parse_chat
 from proxy.wire import anthropic
 from proxy.wire.codecs import MESSAGES
-from proxy.wire.forward import Wire, cap_reserve
+from proxy.wire.forward import Wire
 
 router = APIRouter(dependencies=[ClientAuth])
 
@@ -23,7 +23,6 @@ async def messages(
     request: Request, body: JsonBody, services: ServicesDep, session: str | None = None
 ) -> Response:
     conversion = anthropic.to_neutral(body)
-    await cap_reserve(services, conversion.body)
     wire = Wire(MESSAGES, conversion, request, services.wire_fallbacks)
     return await exchange.run(request, wire.body(), services, session, wire)
 

@@ -10,7 +10,7 @@ from proxy import exchange
 from proxy.deps import ClientAuth, JsonBody, ServicesDep, client_key_id
 from proxy.wire import previous, responses
 from proxy.wire.codecs import RESPONSES
-from proxy.wire.forward import Wire, cap_reserve
+from proxy.wire.forward import Wire
 
 router = APIRouter(dependencies=[ClientAuth])
 
@@ -38,7 +38,6 @@ async def create_response(
         conversion = dataclasses.replace(
             conversion, body={**neutral, "messages": messages}, raw=raw
         )
-    await cap_reserve(services, conversion.body)
     wire = Wire(RESPONSES, conversion, request, services.wire_fallbacks)
     body = wire.body()
     if conversion.raw.get("store") is False:

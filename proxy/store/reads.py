@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Row, case, exists, func, select
 from sqlalchemy.orm import Session, aliased
 
-from proxy import recall
+from proxy import recall, titles
 from proxy.store import history
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, MessageRow, SessionRow
 from proxy.store.views import (
@@ -40,7 +40,6 @@ def aware(t: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)  # SQLite hands back naive UTC
 
 
-TITLE_CHARS = 80
 TITLE_WITHIN = 16  # the first user message is looked for among the first positions only
 
 
@@ -87,38 +86,21 @@ def _summary(row: SessionRow, totals: Totals, title: str | None = None) -> Sessi
 
 
 def _titles(s: Session, ids: list[str]) -> dict[str, str]:
-    """Each session's first user message, shortened to one line: a name a person recognises."""
+    """Each session's title: the first words a person wrote among its first user messages
+    (proxy/titles.py skips what agent harnesses put before them)."""
     if not ids:
         return {}
     e, m = EntryRow, MessageRow
-    first = (
-        select(e.session_id, func.min(e.position).label("position"))
+    rows = s.execute(
+        select(e.session_id, e.position, m.body)
         .join(m, m.hash == e.message_hash)
         .where(e.session_id.in_(ids), e.position < TITLE_WITHIN, m.role == "user")
-        .group_by(e.session_id)
-        .subquery()
-    )
-    rows = s.execute(
-        select(e.session_id, m.body)
-        .join(first, (first.c.session_id == e.session_id) & (first.c.position == e.position))
-        .join(m, m.hash == e.message_hash)
-        .where(m.role == "user")
-        .order_by(e.id)
+        .order_by(e.session_id, e.position, e.id)
     ).all()
-    titles: dict[str, str] = {}
-    for session_id, body in rows:
-        if session_id not in titles:
-            titles[session_id] = _title(json.loads(body).get("content"))
-    return titles
-
-
-def _title(content: Any) -> str:
-    if isinstance(content, list):  # content parts: the text ones
-        content = " ".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
-        )
-    text = " ".join(str(content or "").split())
-    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
+    firsts: dict[str, dict[int, Any]] = {}  # per session, per position: the first entry's
+    for session_id, position, body in rows:
+        firsts.setdefault(session_id, {}).setdefault(position, json.loads(body).get("content"))
+    return {sid: titles.title(list(by_position.values())) for sid, by_position in firsts.items()}
 
 
 def _totals_by_session(s: Session, ids: list[str]) -> dict[str, Totals]:

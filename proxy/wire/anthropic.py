@@ -14,6 +14,8 @@ from typing import Any
 from proxy.errors import BadRequest, ContextLengthExceeded, ProxyError
 from proxy.wire import shapes, tools
 from proxy.wire.groups import Conversion, Group, restore, split_head, text_of
+from proxy.wire.reasoning import reasoning_of, thinking_block
+from proxy.wire.toolnames import REMOVED_KEY
 
 API = "messages"
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
@@ -34,8 +36,10 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
         head = {"role": "system", "content": text_of(_parts(raw["system"]))}
         neutral.append(head)
     for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
-            raise BadRequest(f"messages.{i}: role must be user or assistant", param="messages")
+        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant", "system"):
+            raise BadRequest(
+                f"messages.{i}: role must be user, assistant or system", param="messages"
+            )
         converted = message_to_neutral(msg)
         groups.append(Group([msg], converted))
         neutral.extend(converted)
@@ -54,6 +58,8 @@ def _options(raw: dict[str, Any], body: dict[str, Any]) -> None:
             body["tool_choice"] = choice
         if parallel is not None:
             body["parallel_tool_calls"] = parallel
+    if removed := tools.anthropic_server_tools(raw.get("tools")):
+        body[REMOVED_KEY] = removed
     metadata = raw.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         body["user"] = metadata["user_id"]  # Claude Code's is per session: it names the session
@@ -69,6 +75,8 @@ def _parts(content: Any) -> list[dict[str, Any]]:
 
 def message_to_neutral(msg: dict[str, Any]) -> list[dict[str, Any]]:
     content = msg.get("content")
+    if msg["role"] == "system":  # mid-conversation (beta mid-conversation-system-2026-04-07)
+        return [{"role": "system", "content": text_of(_parts(content))}]
     if msg["role"] == "assistant":
         return [_assistant(content)]
     if isinstance(content, str):
@@ -178,7 +186,9 @@ def _block(part: dict[str, Any]) -> dict[str, Any]:
 
 def answer_blocks(msg: dict[str, Any]) -> list[dict[str, Any]]:
     text = msg.get("content")
-    blocks = [_text(text)] if isinstance(text, str) and text else []
+    thought = reasoning_of(msg)
+    blocks = [thinking_block(thought)] if thought else []
+    blocks += [_text(text)] if isinstance(text, str) and text else []
     for call in msg.get("tool_calls") or []:
         fn = call.get("function") or {}
         blocks.append(

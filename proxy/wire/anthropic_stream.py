@@ -11,6 +11,7 @@ from typing import Any
 from proxy.errors import ProxyError
 from proxy.wire import anthropic
 from proxy.wire.events import ChatTranslation, Reader, event, loads
+from proxy.wire.reasoning import reasoning_of, thinking_block
 
 
 def error_event(exc: ProxyError) -> bytes:
@@ -29,7 +30,7 @@ class _Translation(ChatTranslation):
     def __init__(self, model: str, estimate: int) -> None:
         self.model, self.estimate = model, estimate
         self.index = -1
-        self.block: str | None = None  # "text", or "tool:<n>" for chat's tool-call index n
+        self.block: str | None = None  # "thinking", "text", or "tool:<n>" (chat's call index n)
         self.stop: str | None = None
         self.usage: dict[str, Any] | None = None
         self.ended = False
@@ -58,6 +59,10 @@ class _Translation(ChatTranslation):
         self.stop = choice.get("finish_reason") or self.stop
         delta = choice.get("delta") or {}
         out = b""
+        if thought := reasoning_of(delta):
+            if self.block != "thinking":
+                out += self._open("thinking", thinking_block(""))
+            out += self._delta({"type": "thinking_delta", "thinking": thought})
         if isinstance(delta.get("content"), str) and delta["content"]:
             if self.block != "text":
                 out += self._open("text", {"type": "text", "text": ""})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -20,10 +20,15 @@ from proxy.errors import ProxyError, UpstreamInvalid
 from proxy.relay import relay
 from proxy.wire.events import Assembler, relay_native
 from proxy.wire.groups import Conversion
+from proxy.wire.reminders import fold
+from proxy.wire.toolnames import REMOVED_KEY
 
 API_KEY = "ctxproxy_api"  # in the stored request: which API the exchange came in on
 PRIVATE = "ctxproxy_"  # keys of the stored request that are never forwarded
 PASSED_HEADERS = ("anthropic-version", "anthropic-beta")
+FOLDED = ":folded"  # in Wire.fallbacks: this upstream refused mid-conversation system messages
+REFUSED = (400, 422, 500)  # how templates that raise on them answer (llama.cpp, vLLM)
+LIMIT_KEYS = {"messages": "max_tokens", "responses": "max_output_tokens"}  # the answer's length
 
 
 @dataclass(frozen=True)
@@ -69,27 +74,50 @@ class Wire:
         self.native = self.serves_natively(upstream) and not recalling
         if self.native:
             turn.rounds = None  # the recall tool goes only with translated exchanges
-            outgoing = self.codec.from_view(compiled.messages, self.conversion)
-            try:
-                r = await up.send(
-                    turn.services.client,
-                    upstream,
-                    "POST",
-                    self.codec.path,
-                    json=outgoing,
-                    headers=self.headers,
-                    stream=True,
-                )
-            except ProxyError as exc:
-                await turn.finish(status=exc.status, error=exc.body()["error"])
-                raise
+            r = await self._send_native(turn, upstream, compiled.messages)
             if r.status_code not in (404, 405):
                 return r
             await r.aclose()  # not served there after all: translate from now on
             self.fallbacks.add((upstream.name, self.codec.api))
             self.native = False
         chat = {k: v for k, v in body.items() if not k.startswith(PRIVATE)}
-        return await turn.forward(upstream, chat, compiled)
+        turn.tools_removed = body.get(REMOVED_KEY) or []
+        # Chat templates refuse a system message after the first: carry it in a user turn.
+        folded = replace(compiled, messages=fold(compiled.messages))
+        if turn.rounds is not None:  # recall rounds ask again with the same view
+            turn.rounds.compiled = folded
+        return await turn.forward(upstream, chat, folded)
+
+    async def _send_native(
+        self, turn: Any, upstream: Any, view: list[dict[str, Any]]
+    ) -> httpx.Response:
+        """The view in the API's own form; system messages after the first go as they came
+        unless this upstream refused them once (then, and from then on, folded)."""
+        folding = (upstream.name, self.codec.api + FOLDED)
+        folded = fold(view)  # the same list when there is nothing to fold
+        r = await self._post(turn, upstream, folded if folding in self.fallbacks else view)
+        if folded is not view and folding not in self.fallbacks and r.status_code in REFUSED:
+            await r.aclose()
+            r = await self._post(turn, upstream, folded)
+            if r.status_code < 400:
+                self.fallbacks.add(folding)
+        return r
+
+    async def _post(self, turn: Any, upstream: Any, view: list[dict[str, Any]]) -> httpx.Response:
+        outgoing = self._limited(self.codec.from_view(view, self.conversion), turn.limit)
+        try:
+            return await up.send(
+                turn.services.client,
+                upstream,
+                "POST",
+                self.codec.path,
+                json=outgoing,
+                headers=self.headers,
+                stream=True,
+            )
+        except ProxyError as exc:
+            await turn.finish(status=exc.status, error=exc.body()["error"])
+            raise
 
     async def answer(
         self,
@@ -105,9 +133,25 @@ class Wire:
         if turn.ref is not None and self.codec.answer_id is not None:
             self.conversion.answer_id = self.codec.answer_id(turn.ref)
         if stream and r.status_code < 400 and up.is_event_stream(r):
+            headers |= turn.timing_header()
             return StreamingResponse(
                 self._stream(turn, r, upstream), r.status_code, headers, "text/event-stream"
             )
+        with turn.timing.span("answer"):
+            response = await self._whole(request, turn, r, upstream, headers, stream)
+        response.headers.update(turn.timing_header())
+        return response
+
+    async def _whole(
+        self,
+        request: Request,
+        turn: Any,
+        r: httpx.Response,
+        upstream: Any,
+        headers: dict[str, str],
+        stream: bool,
+    ) -> Response:
+        """The answer read whole (recall rounds answered) and rendered in the client's API."""
         if not self.native:
             await exchange._unless_gone(
                 request, turn, exchange._read_checked(r, turn, upstream, stream)
@@ -125,6 +169,14 @@ class Wire:
         return Response(
             self._named(r.content), r.status_code, headers, media_type="application/json"
         )
+
+    def _limited(self, native: dict[str, Any], limit: int | None) -> dict[str, Any]:
+        """The native request asking no more than fits the window (see Turn.outgoing)."""
+        key = LIMIT_KEYS.get(self.codec.api)
+        asked = native.get(key) if key else None
+        if key and limit is not None and isinstance(asked, int) and asked > limit:
+            return {**native, key: limit}
+        return native
 
     def _named(self, content: bytes) -> bytes:
         """A native answer under ctxproxy's id where the API's ids are ours (Responses': so
@@ -174,18 +226,3 @@ def _json(content: bytes) -> Any:
         return json.loads(content)
     except ValueError:
         return None
-
-
-async def cap_reserve(services: Any, body: dict[str, Any]) -> None:
-    """Claude Code and Codex ask for 32,000 output tokens or more of any model; reserving that in
-    a 16k window would leave the prompt no room, so at most an eighth of the window (or
-    compaction.reserve_tokens, if more) is reserved, and asked for when translated; a native
-    request keeps the client's own figure, which llama.cpp bounds by its window anyway."""
-    asked = body.get("max_tokens")
-    upstream = services.settings.upstream_for(str(body.get("model", "")))
-    if not isinstance(asked, int) or upstream is None:
-        return
-    window = await services.windows.window(upstream, body["model"])
-    if window is not None:
-        cap = max(window // 8, services.settings.compaction.reserve_tokens)
-        body["max_tokens"] = min(asked, cap)

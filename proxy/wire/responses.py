@@ -12,8 +12,9 @@ import uuid
 from typing import Any
 
 from proxy.errors import BadRequest
-from proxy.wire import shapes, tools
+from proxy.wire import shapes, toolnames, tools
 from proxy.wire.groups import Conversion, Group, restore, split_head, text_of
+from proxy.wire.reasoning import reasoning_item, reasoning_of
 
 API = "responses"
 _PASSED = ("model", "temperature", "top_p", "stream", "parallel_tool_calls", "user")
@@ -37,10 +38,13 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
         head = {"role": "system", "content": raw["instructions"]}
     groups = _groups(items)
     body["messages"] = ([head] if head else []) + [m for g in groups for m in g.neutral]
-    if converted := tools.responses_tools(raw.get("tools")):
+    converted, removed = toolnames.chat_tools(raw.get("tools"))
+    if converted:
         body["tools"] = converted
         if (choice := tools.responses_tool_choice(raw.get("tool_choice"))) is not None:
             body["tool_choice"] = choice
+    if removed:
+        body[toolnames.REMOVED_KEY] = removed
     if raw.get("stream"):
         body["stream_options"] = {"include_usage": True}
     if (response_format := _format(raw.get("text"))) is not None:
@@ -109,12 +113,7 @@ def _message(item: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def _call(item: dict[str, Any]) -> dict[str, Any]:
-    arguments = item.get("arguments", item.get("input", ""))
-    return {
-        "id": item.get("call_id", ""),
-        "type": "function",
-        "function": {"name": item.get("name", ""), "arguments": arguments},
-    }
+    return toolnames.call_to_chat(item)
 
 
 def _parts(content: Any) -> list[dict[str, Any]]:
@@ -139,23 +138,25 @@ def from_view(view: list[dict[str, Any]], conversion: Conversion) -> dict[str, A
     out = dict(conversion.raw)
     if head is not None and head != conversion.head:
         out["instructions"] = text_of(head.get("content"))
-    out["input"] = restore(rest, conversion.groups, _rebuild)
+    names = toolnames.names_of(conversion.raw.get("tools"))
+    custom = {
+        i.get("call_id")
+        for g in conversion.groups
+        for i in g.raw
+        if isinstance(i, dict) and i.get("type") == "custom_tool_call"
+    }
+    out["input"] = restore(rest, conversion.groups, lambda m: _rebuild(m, names, custom))
     return out
 
 
-def _rebuild(msg: dict[str, Any]) -> list[dict[str, Any]]:
+def _rebuild(msg: dict[str, Any], names: toolnames.Names, custom: set) -> list[dict[str, Any]]:
     role = msg.get("role")
     if role == "tool":
-        output = text_of(msg.get("content"))
-        return [
-            {
-                "type": "function_call_output",
-                "call_id": msg.get("tool_call_id", ""),
-                "output": output,
-            }
-        ]
+        call_id = msg.get("tool_call_id", "")
+        kind = "custom_tool_call_output" if call_id in custom else "function_call_output"
+        return [{"type": kind, "call_id": call_id, "output": text_of(msg.get("content"))}]
     if role == "assistant":
-        return output_items(msg)
+        return output_items(msg, names)
     content = msg.get("content")
     if isinstance(content, list):
         content = [_part(p) for p in content]
@@ -169,9 +170,11 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
     return {"type": "input_text", "text": part.get("text", "")}
 
 
-def output_items(msg: dict[str, Any]) -> list[dict[str, Any]]:
-    """An assistant message as Responses output items: a message, then its function calls."""
-    items: list[dict[str, Any]] = []
+def output_items(msg: dict[str, Any], names: toolnames.Names | None = None) -> list[dict[str, Any]]:
+    """An assistant message as Responses output items: a message, then its tool calls in the
+    client's own form (a namespaced function_call, a custom_tool_call)."""
+    thought = reasoning_of(msg)
+    items: list[dict[str, Any]] = [reasoning_item(thought)] if thought else []
     if isinstance(msg.get("content"), str) and msg["content"]:
         text = {"type": "output_text", "text": msg["content"], "annotations": []}
         items.append(
@@ -184,17 +187,8 @@ def output_items(msg: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     for call in msg.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        items.append(
-            {
-                "type": "function_call",
-                "id": "fc_" + uuid.uuid4().hex[:24],
-                "call_id": call.get("id", ""),
-                "name": fn.get("name", ""),
-                "arguments": fn.get("arguments", ""),
-                "status": "completed",
-            }
-        )
+        item_id = "fc_" + uuid.uuid4().hex[:24]
+        items.append(toolnames.call_item(call, names or toolnames.Names(), item_id))
     return items
 
 
@@ -243,7 +237,8 @@ def from_completion(data: dict[str, Any], model: str, conversion: Conversion) ->
     choice = (data.get("choices") or [{}])[0]
     msg = choice.get("message") or {}
     base = skeleton(conversion, data.get("model") or model, "completed")
-    return finished(base, choice.get("finish_reason"), data.get("usage"), output_items(msg))
+    output = output_items(msg, toolnames.names_of(conversion.raw.get("tools")))
+    return finished(base, choice.get("finish_reason"), data.get("usage"), output)
 
 
 def usage_from_openai(usage: Any) -> dict[str, Any]:

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from proxy.errors import ProxyError
-from proxy.wire import responses
+from proxy.wire import responses, toolnames
 from proxy.wire.events import ChatTranslation, Reader, event, loads
 from proxy.wire.groups import Conversion
+from proxy.wire.reasoning import reasoning_item, reasoning_of
 
 
 def error_event(exc: ProxyError) -> bytes:
@@ -24,6 +25,7 @@ async def translate(
 ) -> AsyncIterator[bytes]:
     """Responses events for the chat stream `chat` (as Turn.relay yields it, recorded there)."""
     translation = _Translation(responses.skeleton(conversion, model, "in_progress"))
+    translation.names = toolnames.names_of(conversion.raw.get("tools"))
     async for piece in translation.translate(chat):
         yield piece
 
@@ -33,10 +35,12 @@ class _Translation(ChatTranslation):
         self.response = response
         self.seq = 0
         self.items: list[dict[str, Any]] = []
-        self.open: str | None = None  # "text", or "tool:<n>" for chat's tool-call index n
+        self.open: str | None = None  # "reasoning", "text", or "tool:<n>" (chat's call index n)
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.ended = False
+        self.names = toolnames.Names()  # chat names back to the client's tools
+        self.custom: dict[int, str] = {}  # a custom tool call's arguments, by output index
 
     def emit(self, kind: str, **data: Any) -> bytes:
         self.seq += 1
@@ -50,6 +54,8 @@ class _Translation(ChatTranslation):
     def choice(self, choice: dict[str, Any]) -> bytes:
         self.finish = choice.get("finish_reason") or self.finish
         delta, out = choice.get("delta") or {}, b""
+        if thought := reasoning_of(delta):
+            out += self._reasoning(thought)
         if isinstance(delta.get("content"), str) and delta["content"]:
             if self.open != "text":
                 out += self._add("text", _message_item())
@@ -63,20 +69,28 @@ class _Translation(ChatTranslation):
             out += self._tool(call)
         return out
 
+    def _reasoning(self, text: str) -> bytes:
+        out = b""
+        if self.open != "reasoning":
+            out += self._add("reasoning", reasoning_item("", "in_progress"))
+        part = self.items[-1]["content"][0]
+        part["text"] += text
+        return out + self._at("response.reasoning_text.delta", content_index=0, delta=text)
+
     def _tool(self, call: dict[str, Any]) -> bytes:
         out, fn = b"", call.get("function") or {}
         name = f"tool:{call.get('index', 0)}"
         if self.open != name:
-            item = {
-                "type": "function_call",
-                "id": "fc_" + uuid.uuid4().hex[:24],
-                "call_id": call.get("id") or "call_" + uuid.uuid4().hex[:24],
-                "name": fn.get("name") or "",
-                "arguments": "",
-                "status": "in_progress",
-            }
+            chat = {"id": call.get("id") or "call_" + uuid.uuid4().hex[:24], "function": fn}
+            item = toolnames.call_item(chat, self.names, "fc_" + uuid.uuid4().hex[:24])
+            item.update(arguments="", status="in_progress")
+            if item["type"] == "custom_tool_call":
+                item = {k: v for k, v in item.items() if k != "arguments"}
+                self.custom[len(self.items)] = ""
             out += self._add(name, item)
-        if fn.get("arguments"):
+        if fn.get("arguments") and len(self.items) - 1 in self.custom:
+            self.custom[len(self.items) - 1] += fn["arguments"]  # free text once whole
+        elif fn.get("arguments"):
             self.items[-1]["arguments"] += fn["arguments"]
             out += self._at("response.function_call_arguments.delta", delta=fn["arguments"])
         return out
@@ -101,6 +115,13 @@ class _Translation(ChatTranslation):
             part = item["content"][0]
             out += self._at("response.output_text.done", content_index=0, text=part["text"])
             out += self._at("response.content_part.done", content_index=0, part=part)
+        elif item["type"] == "reasoning":
+            text = item["content"][0]["text"]
+            out += self._at("response.reasoning_text.done", content_index=0, text=text)
+        elif item["type"] == "custom_tool_call":
+            item["input"] = toolnames.custom_input(self.custom[len(self.items) - 1])
+            out += self._at("response.custom_tool_call_input.delta", delta=item["input"])
+            out += self._at("response.custom_tool_call_input.done", input=item["input"])
         else:
             out += self._at("response.function_call_arguments.done", arguments=item["arguments"])
         item["status"] = "completed"

@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+NAMESPACE_SEP = "__"  # a namespaced Responses function's chat name: <namespace>__<name>
+SERVER_TOOL = "server-side tool: left out when translated to chat (no local model runs it)"
 
 
 def anthropic_to_openai(tool: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +50,17 @@ def anthropic_tools(tools: Any) -> list[dict[str, Any]] | None:
     return out or None
 
 
+def anthropic_server_tools(tools: Any) -> list[dict[str, Any]]:
+    """Notes of the server tools (web_search_20250305, code_execution…) translation leaves out."""
+    if not isinstance(tools, list):
+        return []
+    return [
+        {"type": t.get("type"), "name": t.get("name"), "reason": SERVER_TOOL}
+        for t in tools
+        if isinstance(t, dict) and not is_client_tool(t)
+    ]
+
+
 def is_client_tool(tool: dict[str, Any]) -> bool:
     return tool.get("type") in (None, "custom") and "name" in tool
 
@@ -73,6 +86,10 @@ def anthropic_tool_choice(choice: Any) -> tuple[Any, bool | None]:
 
 
 def responses_tool_choice(choice: Any) -> Any:
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        return {"type": "function", "function": {"name": choice.get("name", "")}}
+    """A forced function, namespaced function or custom tool is the chat function it became
+    (proxy/wire/toolnames.py names them)."""
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
+        name, namespace = choice.get("name", ""), choice.get("namespace")
+        name = f"{namespace}{NAMESPACE_SEP}{name}" if namespace else name
+        return {"type": "function", "function": {"name": name}}
     return choice if isinstance(choice, str) else None

@@ -4,17 +4,17 @@ the scripted upstream that serves chat completions only: every request is transl
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import anthropic
 import httpx
 import pytest
 
-from proxy import recall
-from proxy.tokens import TokenCounter
 from tests.e2e.test_sessions_audit import noisy_log
 from tests.scripted import Script
 from tests.servers import ServerThread
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WEATHER = {
     "name": "get_weather",
     "description": "The weather in a city",
@@ -279,9 +279,11 @@ def test_huge_max_tokens_reserves_a_share_of_the_window(
     body = {"model": "echo", "max_tokens": 32000, "messages": [{"role": "user", "content": "hi"}]}
     r = httpx.post(proxy.url + "/v1/messages", json=body)
     assert r.json()["content"][0]["text"] == "echo: hi"
-    assert script.received[-1]["max_tokens"] == 2048  # an eighth of the window
-    recall_tool = TokenCounter().count_tools([recall.DEFINITION])  # room kept for it
-    assert int(r.headers["x-ctxproxy-budget"]) == 16384 - 2048 - 820 - recall_tool
+    # An eighth of the window is reserved; what is asked is what the prompt leaves.
+    assert int(r.headers["x-ctxproxy-budget"]) == 16384 - 2048 - 820
+    left = 16384 - 820 - int(r.headers["x-ctxproxy-tokens-compiled"])
+    assert script.received[-1]["max_tokens"] == left
+    assert r.headers["x-ctxproxy-max-tokens"] == f"32000->{left}"
 
 
 @pytest.mark.parametrize("model", ["reset", "garbled"])
@@ -346,3 +348,82 @@ def test_recall_works_through_a_translated_messages_exchange(
     assert script.received[0]["tools"][-1]["function"]["name"] == "ctxproxy_recall"
     x = httpx.get(f"{proxy.url}/sessions/recall-{stream}/exchanges/1").json()
     assert [c["outcome"] for c in x["recalls"]] == ["ok"]
+
+
+def claude_code_request(model: str, stream: bool = False) -> dict:
+    """Claude Code 2.1.197's first request as it sent it (tests/fixtures), for this model."""
+    sent = json.loads((FIXTURES / "claude_code_2.1.197_first_request.json").read_text())
+    return {**sent["body"], "model": model, "stream": stream}
+
+
+def native_proxy(start_proxy, settings_for, upstream_url) -> ServerThread:
+    upstream = {"name": "native", "base_url": upstream_url, "apis": ["chat", "messages"]}
+    return start_proxy(settings_for(upstreams=[upstream], recall={"translate": False}))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_claude_code_mid_conversation_system_message_translated(
+    proxy: ServerThread, script: Script, stream: bool
+) -> None:
+    """Its mid-conversation `role: "system"` message was refused with a 400 and the CLI died on
+    its first request; translated to chat, it rides in the user turn as a marked reminder."""
+    body = claude_code_request("claude-opus-4-8", stream)
+    r = httpx.post(proxy.url + "/v1/messages?beta=true", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert "echo:" in r.text
+    sent = script.received[-1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user"]
+    # It came after the task, the last turn: it goes at the end of that turn.
+    task, reminder = sent[1]["content"].split("Fix the bug in calc.py so add works\n\n")
+    assert reminder.startswith("<system-reminder>\nAvailable agent types for the Agent tool")
+    assert reminder.endswith("</system-reminder>")
+    session = httpx.get(proxy.url + "/sessions").json()["data"][0]
+    assert session["title"] == "Fix the bug in calc.py so add works"
+    stored = httpx.get(f"{proxy.url}/sessions/{session['id']}/messages").json()["messages"]
+    kept = [m["message"] for m in stored if m["message"]["role"] == "system"]
+    assert kept[-1]["content"] == body["messages"][1]["content"]  # in the history as it came
+
+
+def test_claude_code_system_message_native_as_sent(
+    start_proxy, settings_for, upstream_url, script: Script
+) -> None:
+    proxy = native_proxy(start_proxy, settings_for, upstream_url)
+    body = claude_code_request("claude-opus-4-8")
+    r = httpx.post(proxy.url + "/v1/messages?beta=true", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert script.received[-1]["messages"] == body["messages"]  # the upstream took it as is
+
+
+def test_claude_code_system_message_refused_natively_is_folded(
+    start_proxy, settings_for, upstream_url, script: Script
+) -> None:
+    """A strict chat template (llama.cpp answers 400): the request goes again, folded, and the
+    next one folded straight away."""
+    proxy = native_proxy(start_proxy, settings_for, upstream_url)
+    body = claude_code_request("strict")
+    for attempt in (1, 2):
+        script.reset()
+        r = httpx.post(proxy.url + "/v1/messages?beta=true", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        assert "Fix the bug in calc.py so add works" in r.json()["content"][0]["text"]
+        assert len(script.received) == (2 if attempt == 1 else 1)
+        sent = script.received[-1]["messages"]
+        assert [m["role"] for m in sent] == ["user"]
+        assert "<system-reminder>\nAvailable agent types" in sent[0]["content"]
+
+
+@pytest.mark.parametrize("model", ["thinker", "thinker-vllm"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_reasoning_comes_back_as_thinking(
+    proxy: ServerThread, model: str, stream: bool
+) -> None:
+    """llama.cpp's reasoning_content (vLLM's reasoning) was dropped in translation."""
+    kw = {"model": model, "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    if stream:
+        with client(proxy).messages.stream(**kw) as s:
+            message = s.get_final_message()
+    else:
+        message = client(proxy).messages.create(**kw)
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    assert message.content[0].thinking == "I should echo it."
+    assert message.content[1].text.strip() == "echo: hi"

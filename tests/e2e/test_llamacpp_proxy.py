@@ -8,8 +8,6 @@ import httpx
 import openai
 import pytest
 
-from proxy import recall
-from proxy.tokens import TokenCounter
 from tests.llamacpp import LlamaServer
 from tests.servers import ServerThread
 from tests.strategies.helpers import agent_history, log_lines
@@ -41,9 +39,8 @@ def test_plain_chat_same_as_direct(llama: LlamaServer, via_proxy: ServerThread) 
     assert answer.choices[0].message.content == want.choices[0].message.content
     assert answer.usage.prompt_tokens == want.usage.prompt_tokens
     # The window came from the server's /props: 8192 over 2 slots = 4096 per slot; the budget
-    # leaves room for the recall tool's definition too, offered once anything is folded.
-    recall_tool = TokenCounter().count_tools([recall.DEFINITION])
-    budget = 4096 - 24 - math.ceil(0.05 * 4096) - recall_tool
+    # is the whole prompt's (tool definitions included, as in the compiled figure).
+    budget = 4096 - 24 - math.ceil(0.05 * 4096)
     assert int(got.headers["x-ctxproxy-budget"]) == budget
     assert got.headers["x-ctxproxy-compaction"] == "none"
 

@@ -4,6 +4,8 @@ scripted upstream that serves chat completions only (translated) or /v1/response
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
 
 import httpx
 import openai
@@ -13,6 +15,7 @@ from tests.e2e.test_sessions_audit import noisy_log
 from tests.scripted import Script
 from tests.servers import ServerThread
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -183,3 +186,80 @@ def test_codex_session_header_names_the_session(proxy: ServerThread) -> None:
     c = client(proxy, default_headers={"session_id": "0199-codex-conv"})
     r = c.responses.with_raw_response.create(model="echo", input="hi")
     assert r.headers["x-ctxproxy-session"] == "0199-codex-conv"
+
+
+def codex_request(model: str, stream: bool) -> dict:
+    """Codex 0.171.0's first request as it sent it (tests/fixtures), for this model."""
+    sent = json.loads((FIXTURES / "codex_0.171.0_first_request.json").read_text())["body"]
+    return {**sent, "model": model, "stream": stream}
+
+
+def final_response(r: httpx.Response, stream: bool) -> dict:
+    if not stream:
+        return r.json()
+    events = [json.loads(line[6:]) for line in r.text.split("\n") if line.startswith("data: ")]
+    return events[-1]["response"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_codex_namespaced_tool_called_and_web_search_noted(
+    proxy: ServerThread, script: Script, stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its grouped multi_agent_v1 tools reach the model and its calls come back namespaced;
+    web_search, which no local model runs, is left out with a note in the audit and the log."""
+    caplog.set_level(logging.INFO, logger="ctxproxy.access")
+    body = codex_request("call:multi_agent_v1__spawn_agent", stream)
+    r = httpx.post(proxy.url + "/v1/responses", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    (call,) = final_response(r, stream)["output"]
+    assert (call["type"], call["name"], call["namespace"]) == (
+        "function_call",
+        "spawn_agent",
+        "multi_agent_v1",
+    )
+    offered = [t["function"]["name"] for t in script.received[-1]["tools"]]
+    assert "multi_agent_v1__wait_agent" in offered and len(offered) == 4
+    sent = script.received[-1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "user"]  # one system message
+    session = httpx.get(proxy.url + "/sessions").json()["data"][0]
+    assert session["title"] == "Fix the bug in calc.py so add works"
+    detail = httpx.get(f"{proxy.url}/sessions/{session['id']}/exchanges/1").json()
+    removed = detail["request"]["ctxproxy_tools_removed"]
+    assert [t["type"] for t in removed] == ["web_search"]
+    line = next(json.loads(x.getMessage()) for x in caplog.records if x.name == "ctxproxy.access")
+    assert line["tools_removed"] == ["web_search"]
+
+
+@pytest.mark.parametrize("model", ["thinker", "thinker-vllm"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_reasoning_comes_back_as_a_reasoning_item(
+    proxy: ServerThread, model: str, stream: bool
+) -> None:
+    c = client(proxy)
+    if stream:
+        with c.responses.stream(model=model, input="hi") as s:
+            deltas = [e.delta for e in s if e.type == "response.reasoning_text.delta"]
+            response = s.get_final_response()
+        assert "".join(deltas) == "I should echo it."
+    else:
+        response = c.responses.create(model=model, input="hi")
+    reasoning, message = response.output
+    assert reasoning.type == "reasoning" and reasoning.content[0].text == "I should echo it."
+    assert response.output_text.strip() == "echo: hi"
+
+
+def test_codex_developer_items_refused_natively_are_folded(
+    start_proxy, settings_for, upstream_url, script: Script
+) -> None:
+    """Its two leading developer messages, natively to an upstream whose template takes one
+    system message: refused (400), sent again as one, answered."""
+    upstream = {"name": "native", "base_url": upstream_url, "apis": ["chat", "responses"]}
+    proxy = start_proxy(settings_for(upstreams=[upstream], recall={"translate": False}))
+    body = codex_request("strict", stream=False)
+    r = httpx.post(proxy.url + "/v1/responses", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["output"][0]["content"][0]["text"].startswith("native: ")
+    first, second = script.received
+    assert [i.get("role") for i in first["input"]] == ["developer", "developer", "user", "user"]
+    assert [i.get("role") for i in second["input"]] == ["developer", "user", "user"]
+    assert second["input"][1:] == body["input"][2:]  # the user items as Codex sent them

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from proxy.compiler import Compiled, compile_request, message_budget
+from proxy.compiler import Compiled, answer_limit, compile_request, message_budget
 from proxy.errors import ContextLengthExceeded
 from proxy.settings import CompactionSettings
 from proxy.tokens import TokenCounter
@@ -37,10 +37,17 @@ def compile_(b, window, settings=SETTINGS):
         ({"max_completion_tokens": 200, "max_tokens": 300}, 200),
         ({"max_tokens": True}, 1024),
         ({"max_tokens": "9"}, 1024),
+        ({"max_tokens": 32_000}, 1250),  # an eighth of the window, whatever was asked
+        ({"max_completion_tokens": 32_000}, 1250),
     ],
 )
 def test_budget_formula(fields, reserve):
     assert message_budget(fields, 10_000, SETTINGS, 50) == 10_000 - reserve - 500 - 50
+
+
+def test_reserve_never_leaves_the_prompt_a_negative_budget():
+    # reserve_tokens (1024) is more than an eighth of a 1,500 window: at most half is kept.
+    assert message_budget({"max_tokens": 32_000}, 1_500, SETTINGS, 0) == 1_500 - 750 - 75
 
 
 def test_unknown_window_forwards_unchanged():
@@ -103,8 +110,13 @@ def test_hopeless_request_raises_with_figures():
     assert exc.budget == 8_192 - 1024 - math.ceil(0.05 * 8_192)
     error = exc.body()["error"]
     assert error["code"] == "context_length_exceeded"
-    assert "messages[0] (system" in error["message"]
-    assert f"{exc.needed - exc.budget} tokens too many" in error["message"]
+    # The system prompt is the fixed part: named as such, not as one message to shorten.
+    assert "fixed part alone does not fit" in error["message"]
+    assert "messages[0]" not in error["message"]
+    tools = COUNTER.count_tools([TOOL])
+    assert f"tool definitions ({tools} tokens)" in error["message"]
+    assert f"leaves {exc.budget} for the prompt (1024 kept for the answer" in error["message"]
+    assert "-" not in "".join(c for c in error["message"] if not c.isalpha())
 
 
 def test_a_huge_latest_user_message_is_cut_to_its_ends_rather_than_refused():
@@ -196,3 +208,64 @@ def test_summary_names_only_what_fired_for_this_request():
     fresh = CompactionEvent("sliding_window", None, [2], 10, 5, 9, "r")
     assert Compiled([], 0, 0, 1, 1, [carried]).summary() == "none"
     assert Compiled([], 0, 0, 1, 1, [carried, fresh]).summary() == "sliding_window"
+
+
+def qwen_shaped(system_tokens: int = 6_500) -> dict:
+    """Like Qwen Code 0.24.4's first request: a system prompt (~6.5k tokens), 14 tools (~2.4k),
+    text-part lists, and max_tokens 32,000 for a model it does not know."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": "word " * 135,
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+        for i in range(14)
+    ]
+    part = [{"type": "text", "text": "Fix the failing test in calc.py."}]
+    system = {"role": "system", "content": "rule of the house. " * (system_tokens // 5)}
+    messages = [system, {"role": "user", "content": part}]
+    return {"model": "m", "messages": messages, "tools": tools, "max_tokens": 32_000}
+
+
+def test_an_agent_asking_32000_of_a_32k_window_gets_an_answer_that_fits():
+    b = qwen_shaped()
+    out = compile_(b, 32_768)
+    assert out.reserve == 32_768 // 8 and out.tokens_compiled <= out.prompt_budget
+    limit = answer_limit(b, out, SETTINGS)
+    # What is forwarded fits beside the prompt; more than the reserve, as the room allows.
+    assert out.reserve < limit <= 32_768 - math.ceil(0.05 * 32_768) - out.tokens_compiled
+    assert answer_limit({**b, "max_tokens": 500}, out, SETTINGS) is None  # fits: unchanged
+
+
+def test_a_fixed_part_larger_than_a_16k_window_allows_is_refused_naming_it():
+    b = qwen_shaped(13_000)  # ~15.4k fixed, as Qwen Code's was in a larger repo
+    with pytest.raises(ContextLengthExceeded) as info:
+        compile_(b, 16_384)
+    exc = info.value
+    message = exc.body()["error"]["message"]
+    assert exc.fixed is not None and exc.fixed > exc.budget > 0
+    assert f"take {exc.fixed} tokens" in message and "fixed part" in message
+    assert (
+        "context window of 16384 tokens leaves" in message and "2048 kept for the answer" in message
+    )
+    assert "messages[" not in message
+
+
+def test_a_conversation_over_the_room_names_its_largest_message():
+    exc = ContextLengthExceeded(9_000, 7_000, 8_192, (3, "tool", 5_000), prompts=900, tools=100)
+    message = exc.message
+    assert "needs 9000 tokens" in message and "2000 more than fit" in message
+    assert "takes 1000, leaving 6000 for the conversation" in message
+    assert "messages[3] (tool, 5000 tokens" in message
+
+
+def test_budget_and_compiled_are_on_one_basis():
+    b = body([fixture("seed_demo.txt")] * 20, tools=[TOOL] * 5)
+    out = compile_(b, 8_192)
+    tools = out.tools
+    assert tools > 0 and out.prompt_budget == out.budget + tools
+    assert out.prompt_budget == 8_192 - 1024 - math.ceil(0.05 * 8_192)
+    assert out.tokens_compiled <= out.prompt_budget

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
 from proxy.errors import BadRequest
-from proxy.wire import anthropic, anthropic_stream, responses, responses_stream, tools
+from proxy.wire import (
+    anthropic,
+    anthropic_stream,
+    reminders,
+    responses,
+    responses_stream,
+    toolnames,
+    tools,
+)
 from proxy.wire.events import event
 from strategies.invariants import pairing_faults
 
@@ -89,7 +98,7 @@ def test_bad_messages_refused() -> None:
     with pytest.raises(BadRequest):
         anthropic.to_neutral({"model": "m", "messages": []})
     with pytest.raises(BadRequest):
-        anthropic.to_neutral({"model": "m", "messages": [{"role": "system", "content": "x"}]})
+        anthropic.to_neutral({"model": "m", "messages": [{"role": "tool", "content": "x"}]})
 
 
 def test_tool_definitions_round_trip() -> None:
@@ -226,3 +235,196 @@ def test_responses_text_format_is_response_format() -> None:
     }
     conv = responses.to_neutral({"model": "m", "input": "x", "prompt_cache_key": "conv-1"})
     assert conv.body["user"] == "conv-1" and "response_format" not in conv.body
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())["body"]
+
+
+def test_claude_code_mid_conversation_system_message_is_kept() -> None:
+    """Claude Code 2.1.197's first request: a `role: "system"` message after the task."""
+    raw = fixture("claude_code_2.1.197_first_request.json")
+    conv = anthropic.to_neutral(raw)
+    roles = [m["role"] for m in conv.body["messages"]]
+    assert roles == ["system", "user", "system"]
+    assert conv.body["messages"][2]["content"] == raw["messages"][1]["content"]
+    # Untouched, it goes back natively exactly as the client sent it.
+    assert anthropic.from_view(conv.body["messages"], conv)["messages"] == raw["messages"]
+
+
+def test_fold_carries_a_late_system_message_in_the_next_user_turn() -> None:
+    view = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "system", "content": "Today is Friday."},
+        {"role": "user", "content": "go on"},
+    ]
+    folded = reminders.fold(view)
+    assert [m["role"] for m in folded] == ["system", "user", "assistant", "user"]
+    assert folded[3]["content"] == (
+        "<system-reminder>\nToday is Friday.\n</system-reminder>\n\ngo on"
+    )
+    assert view[3] == {"role": "system", "content": "Today is Friday."}  # input unchanged
+
+
+def test_fold_with_no_user_turn_after() -> None:
+    """After the last turn, or between a tool result and the next call: onto the turn before,
+    else a user turn of its own; never dropped, and tool calls stay paired."""
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    view = [
+        {"role": "user", "content": [{"type": "text", "text": "task"}]},
+        {"role": "system", "content": "R1"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+        {"role": "developer", "content": "R2"},
+        {"role": "assistant", "content": "done"},
+        {"role": "system", "content": "R3"},
+    ]
+    folded = reminders.fold(view)
+    assert [m["role"] for m in folded] == ["user", "assistant", "tool", "assistant", "user"]
+    assert folded[0]["content"][-1]["text"].endswith("R1\n</system-reminder>")
+    assert folded[2]["content"].startswith("a.py\n\n<system-reminder>\nR2")
+    assert "R3" in folded[4]["content"]
+    assert not pairing_faults(folded)
+
+
+def test_fold_joins_leading_system_messages_into_one() -> None:
+    """Codex opens with two developer messages; a strict template takes only one."""
+    conv = responses.to_neutral(fixture("codex_0.171.0_first_request.json"))
+    folded = reminders.fold(conv.body["messages"])
+    assert [m["role"] for m in folded] == ["system", "user", "user"]
+    assert "<skills_instructions>" in folded[0]["content"]
+    assert reminders.fold(folded) == folded  # nothing left to fold
+
+
+APPLY_PATCH = {  # a freeform tool, in the shape Codex offers apply_patch to models that take it
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edit files with a patch.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch"'},
+}
+
+
+def codex_request() -> dict:
+    raw = fixture("codex_0.171.0_first_request.json")
+    return {**raw, "tools": [*raw["tools"], APPLY_PATCH]}
+
+
+def test_codex_tools_translated_and_server_tools_noted() -> None:
+    conv = responses.to_neutral(codex_request())
+    names = [t["function"]["name"] for t in conv.body["tools"]]
+    assert names == [
+        "exec_command",
+        "view_image",
+        "multi_agent_v1__spawn_agent",
+        "multi_agent_v1__wait_agent",
+        "apply_patch",
+    ]
+    forced = {"type": "function", "name": "wait_agent", "namespace": "multi_agent_v1"}
+    choice = tools.responses_tool_choice(forced)
+    assert choice == {"type": "function", "function": {"name": "multi_agent_v1__wait_agent"}}
+    patch = conv.body["tools"][-1]["function"]
+    assert patch["parameters"]["required"] == ["input"]
+    assert 'start: "*** Begin Patch"' in patch["description"]
+    assert conv.body[toolnames.REMOVED_KEY] == [
+        {"type": "web_search", "name": None, "reason": tools.SERVER_TOOL}
+    ]
+
+
+def _chat_call(name: str, arguments: str) -> dict:
+    return {"id": "call_9", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def test_codex_answer_calls_come_back_in_its_own_form() -> None:
+    conv = responses.to_neutral(codex_request())
+    calls = [
+        _chat_call("multi_agent_v1__spawn_agent", '{"message": "look"}'),
+        _chat_call("apply_patch", '{"input": "*** Begin Patch\\n*** End Patch"}'),
+        _chat_call("exec_command", '{"cmd": "ls"}'),
+    ]
+    message = {"role": "assistant", "content": None, "tool_calls": calls}
+    answer = responses.from_completion({"choices": [{"message": message}]}, "m", conv)
+    spawn, patch, ls = answer["output"]
+    assert (spawn["type"], spawn["name"], spawn["namespace"]) == (
+        "function_call",
+        "spawn_agent",
+        "multi_agent_v1",
+    )
+    assert spawn["arguments"] == '{"message": "look"}'
+    assert (patch["type"], patch["name"]) == ("custom_tool_call", "apply_patch")
+    assert patch["input"] == "*** Begin Patch\n*** End Patch"
+    assert ls["type"] == "function_call" and "namespace" not in ls
+
+
+def test_codex_history_of_namespaced_and_custom_calls() -> None:
+    """Sent back as history they become the same chat calls; rebuilt after compaction, the
+    client's own items again."""
+    raw = codex_request()
+    raw["input"] = [
+        *raw["input"],
+        {"type": "function_call", "call_id": "c1", "name": "spawn_agent",
+         "namespace": "multi_agent_v1", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "agent 7"},
+        {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "P"},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": "Done"},
+    ]  # fmt: skip
+    conv = responses.to_neutral(raw)
+    view = conv.body["messages"]
+    assert view[-4]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__spawn_agent"
+    assert view[-2]["tool_calls"][0]["function"]["arguments"] == '{"input": "P"}'
+    changed = [*view[:-4], *({**m, "x": 1} for m in view[-4:])]  # as if compaction had
+    rebuilt = responses.from_view(changed, conv)["input"][-4:]
+    assert [i["type"] for i in rebuilt] == [
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+    ]
+    assert rebuilt[0]["namespace"] == "multi_agent_v1" and rebuilt[2]["input"] == "P"
+
+
+def test_codex_streamed_calls_in_its_own_form() -> None:
+    conv = responses.to_neutral(codex_request())
+    args = '{"input": "*** Begin Patch"}'
+    deltas = [
+        {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "apply_patch"}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": args[:9]}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": args[9:]}}]},
+        {"tool_calls": [{"index": 1, "id": "c2",
+                         "function": {"name": "multi_agent_v1__wait_agent", "arguments": "{}"}}]},
+    ]  # fmt: skip
+    parts = [sse({"choices": [{"index": 0, "delta": d}]}) for d in deltas]
+    parts.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}))
+    stream = responses_stream.translate(chunks([*parts, b"data: [DONE]\n\n"]), "m", 0, conv)
+    events = asyncio.run(collect(stream))
+    kinds = [e["type"] for e in events]
+    assert "response.custom_tool_call_input.done" in kinds
+    final = events[-1]["response"]
+    patch, wait = final["output"]
+    assert patch == {**patch, "type": "custom_tool_call", "input": "*** Begin Patch"}
+    assert "arguments" not in patch
+    assert (wait["type"], wait["name"], wait["namespace"]) == (
+        "function_call",
+        "wait_agent",
+        "multi_agent_v1",
+    )
+
+
+def test_anthropic_server_tools_noted() -> None:
+    raw = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [WEB_SEARCH, {"name": "Bash", "input_schema": {"type": "object"}}],
+    }
+    conv = anthropic.to_neutral(raw)
+    assert [t["function"]["name"] for t in conv.body["tools"]] == ["Bash"]
+    assert conv.body[toolnames.REMOVED_KEY] == [
+        {"type": "web_search_20250305", "name": "web_search", "reason": tools.SERVER_TOOL}
+    ]
+
+
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
