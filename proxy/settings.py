@@ -115,6 +115,9 @@ class RecallSettings(_Strict):
     enabled: bool = True
     rounds: int = Field(3, ge=1, le=10)  # recall requests per client request, at most
     max_tokens: int = Field(2000, ge=64)  # a recall result's cap, within what the window allows
+    max_calls: int = Field(8, ge=1, le=64)  # recall calls answered per client request
+    call_seconds: float = Field(1.0, gt=0, le=30)  # one query's search time, at most
+    answer_seconds: float = Field(2.0, gt=0, le=60)  # all of one request's searches, at most
     # Messages and Responses exchanges to an upstream that serves them natively go translated
     # to chat completions once their view is folded, so that recall can be offered there;
     # false keeps them native (untouched messages byte for byte) and without recall.

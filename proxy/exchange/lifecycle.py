@@ -273,7 +273,7 @@ class Turn:
         # Recall rounds grow the prompt up to the budget: their answers keep to the reserve.
         kept = limited(counted, compiled.reserve if compiled.window else None)
         self.rounds = Rounds(
-            self.services, upstream, kept, compiled, self.messages, hashes, self.factor
+            self.services, upstream, kept, compiled, self.messages, hashes, self.factor, self.ref
         )
         return limited(counted, self.limit)
 

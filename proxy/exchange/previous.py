@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from proxy.errors import BadRequest
 
 PREFIX = "resp_"
+MAX_SEQ_DIGITS = 19  # 2^63 - 1 has 19
 NO_STORE = "ctxproxy_store"  # in the stored request when the client sent store: false
 
 
@@ -29,7 +30,14 @@ def _parse(response_id: str) -> tuple[str, int] | None:
         )
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
-    return (session, int(seq)) if session and seq.isdigit() else None
+    # Forged ids reach here: a sequence is ASCII digits within a 64-bit column, and a session
+    # id holds no control character (PostgreSQL refuses NUL), or it names no exchange.
+    if not (seq.isascii() and seq.isdigit() and len(seq) <= MAX_SEQ_DIGITS):
+        return None
+    if not session or len(session) > 1024 or any(ord(c) < 32 for c in session):
+        return None
+    number = int(seq)
+    return (session, number) if number < 2**63 else None
 
 
 async def history(store: Any, response_id: str, owner: str | None) -> tuple[str, list[dict]]:

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from proxy.errors import BadRequest, ContextLengthExceeded, ProxyError
-from proxy.formats import tools
+from proxy.formats import shapes, tools
 from proxy.formats.groups import Conversion, Group, restore, split_head, text_of
 from proxy.formats.reasoning import reasoning_of, thinking_block
 from proxy.formats.toolnames import REMOVED_KEY
@@ -27,6 +27,7 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
     messages = raw.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: at least one message is required", param="messages")
+    shapes.anthropic_request(raw)
     body: dict[str, Any] = {k: raw[k] for k in _PASSED if k in raw}
     neutral: list[dict[str, Any]] = []
     groups: list[Group] = []

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from proxy.errors import BadRequest
-from proxy.formats import toolnames, tools
+from proxy.formats import shapes, toolnames, tools
 from proxy.formats.groups import Conversion, Group, restore, split_head, text_of
 from proxy.formats.reasoning import reasoning_item, reasoning_of
 
@@ -24,6 +24,7 @@ _OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def to_neutral(raw: dict[str, Any]) -> Conversion:
+    shapes.responses_request(raw)
     items = raw.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]

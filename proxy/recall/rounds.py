@@ -8,6 +8,7 @@ rounds added up. The calls, their results and the rounds' figures go to the audi
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -21,6 +22,19 @@ from proxy.upstream import answers
 from proxy.upstream import send as up
 
 OVERHEAD = 32  # tokens of the assistant call and tool result wrapping a recalled text
+SHORT = 40  # tokens of a short tool result (no room, over the cap): kept free for each call
+NOTE_ROOM = 48  # tokens kept for the note on calls left out
+SHOWN_ARGUMENTS = 1200  # characters: longer arguments are left out of the view (the longest
+# query, 1,000 characters, fits; a call that long is answered as a bad call anyway)
+OVER_CAP = (
+    "[ctxproxy_recall: not run: this answer has had its {} recall calls; answer from what "
+    "you have.]"
+)
+OUT_OF_TIME = (
+    "[ctxproxy_recall: not run: the time for recall searches in this answer is used up; "
+    "answer from what you have.]"
+)
+log = logging.getLogger("ctxproxy.recall")
 
 
 class Rounds:
@@ -35,16 +49,21 @@ class Rounds:
         raw: list[dict[str, Any]],
         hashes: list[str],
         factor: float,
+        ref: Any = None,
     ) -> None:
         self.services, self.upstream = services, upstream
         self.body = body  # the client's request with the recall tool added
         self.compiled, self.raw, self.hashes = compiled, raw, hashes
+        self.ref = ref  # the open exchange, where each round's calls are saved as they run
         self.counter = services.counter.corrected(factor)
         self.settings = services.settings.recall
         self.extra: list[dict[str, Any]] = []  # the rounds' calls and results, upstream side
         self.records: list[dict[str, Any]] = []  # per call, for the audit record
         self.usages: list[dict[str, Any]] = []
         self.sent = 0  # recall requests made so far
+        self.answered = 0  # calls run so far, against max_calls
+        self.searching = 0.0  # seconds spent on calls so far, against answer_seconds
+        self.used: int | None = None  # raw tokens of the view plus extra, kept as extra grows
 
     def first_usage(self) -> dict[str, Any] | None:
         """The first request's usage, once further rounds ran: what the compiled view cost."""
@@ -55,39 +74,109 @@ class Rounds:
         return self.sent < self.settings.rounds
 
     async def answer(self, message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
-        """Run the model's recall calls (off the event loop: a search over a long history
-        takes a while); their call and results join the upstream-side view."""
+        """Run the model's recall calls (off the event loop, under a time budget); their call
+        and results join the upstream-side view. Past max_calls, or past what the window
+        holds, calls are left out of that view, and the last result says so."""
         for n, call in enumerate(calls):  # a result must name its call: give one an id
             call["id"] = call.get("id") or f"call_ctxproxy_recall_{self.sent}_{n}"
-        self.extra.append(_call_message(message, calls))
-        for call in calls:
-            started = time.monotonic()
-            arguments = (call.get("function") or {}).get("arguments")
-            got = await run_in_threadpool(
-                recall.run, arguments, self.raw, self.hashes, self.room(), self.count
-            )
-            self.extra.append({"role": "tool", "tool_call_id": call.get("id"), "content": got.text})
-            self.records.append(
-                {
-                    "round": self.sent + 1,
-                    "arguments": arguments,
-                    "outcome": got.outcome,
-                    "tokens": got.tokens,
-                    "result": got.text,
-                    "ms": round((time.monotonic() - started) * 1000, 2),
-                }
-            )
+        allowed = self.settings.max_calls - self.answered
+        run, unfit = self._fitting(message, calls[: max(allowed, 1)])
+        over = calls[max(allowed, 1) :]
+        rest = unfit + over
+        self._add(_call_message(message, run))
+        for n, call in enumerate(run):
+            note = _left_out(len(rest), self.settings.max_calls) if n == len(run) - 1 else ""
+            keep = SHORT * (len(run) - 1 - n) + (NOTE_ROOM if rest else 0)
+            got = await self._one(call, allowed > 0, keep)
+            self._add({"role": "tool", "tool_call_id": call.get("id"), "content": got.text + note})
+        self.records += [self._record(c, recall.Recalled("", "no_room")) for c in unfit]
+        self.records += [self._record(c, recall.Recalled("", "over_cap")) for c in over]
+        await self._save()
+
+    async def _one(self, call: dict[str, Any], allowed: bool, keep: int) -> recall.Recalled:
+        """One call's result: run within what is left of the answer's time, or said why not."""
+        started = time.monotonic()
+        arguments = (call.get("function") or {}).get("arguments")
+        left = self.settings.answer_seconds - self.searching
+        if not allowed:
+            got = recall.Recalled(OVER_CAP.format(self.settings.max_calls), "over_cap")
+        elif left <= 0:
+            got = recall.Recalled(OUT_OF_TIME, "timeout")
+        else:
+            seconds = min(self.settings.call_seconds, left)
+            got = await run_in_threadpool(self._run, arguments, self.room() - keep, seconds)
+            self.answered += 1
+        elapsed = time.monotonic() - started
+        self.searching += elapsed
+        self.records.append(self._record(call, got, elapsed))
+        return got
+
+    def _run(self, arguments: Any, room: int, seconds: float) -> recall.Recalled:
+        try:
+            return recall.run(arguments, self.raw, self.hashes, room, self.count, seconds)
+        except Exception:  # a call the model got wrong in a way we did not foresee: say so
+            log.exception("a ctxproxy_recall call failed")
+            return recall.Recalled("[ctxproxy_recall: this call could not be answered.]", "error")
+
+    def _record(
+        self, call: dict[str, Any], got: recall.Recalled, elapsed: float = 0.0
+    ) -> dict[str, Any]:
+        arguments = (call.get("function") or {}).get("arguments")
+        if isinstance(arguments, str) and len(arguments) > recall.MAX_ARGUMENTS:
+            arguments = arguments[: recall.MAX_ARGUMENTS] + "…"
+        return {
+            "round": self.sent + 1,
+            "arguments": arguments,
+            "outcome": got.outcome,
+            "tokens": got.tokens,
+            "result": got.text,
+            "ms": round(elapsed * 1000, 2),
+        }
+
+    def _fitting(
+        self, message: dict[str, Any], calls: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The calls whose own tokens, with a short result each, fit what is left; at least
+        one, so the round can still say why no more was recalled."""
+        run = list(calls)
+        while len(run) > 1:
+            need = self.counter.count_message(_call_message(message, run)) + SHORT * len(run)
+            if self.counter.estimate(need) <= self.free():
+                break
+            run.pop()
+        return run, calls[len(run) :]
+
+    def _add(self, msg: dict[str, Any]) -> None:
+        """Extend the upstream-side view, keeping its count: no recount per call."""
+        self.extra.append(msg)
+        self.used = self._used() + self.counter.count_message(msg)
+
+    def _used(self) -> int:
+        if self.used is None:
+            self.used = sum(self.counter.count_message(m) for m in self.compiled.messages)
+        return self.used
+
+    async def _save(self) -> None:
+        """The calls so far, on the open exchange: a process killed mid-round keeps them."""
+        if self.ref is None:
+            return
+        try:
+            await run_in_threadpool(self.services.store.save_recalls, self.ref, list(self.records))
+        except Exception:  # the record is kept for the audit; the answer goes on without it
+            log.exception("saving a round's recall calls failed")
 
     def count(self, text: str) -> int:
         return self.counter.estimate(self.counter.text(text))
 
+    def free(self) -> int:
+        """Tokens left in the budget for the next call and result."""
+        if self.compiled.budget is None:
+            return 1 << 30
+        return self.compiled.budget - self.counter.estimate(self._used()) - OVERHEAD
+
     def room(self) -> int:
         """Tokens a recalled text may take: the cap, within what is left of the budget."""
-        cap = self.settings.max_tokens
-        if self.compiled.budget is None:
-            return cap
-        used = sum(self.counter.count_message(m) for m in [*self.compiled.messages, *self.extra])
-        return min(cap, self.compiled.budget - self.counter.estimate(used) - OVERHEAD)
+        return min(self.settings.max_tokens, self.free())
 
     def request(self, stream: bool) -> dict[str, Any]:
         """The next upstream request; the last one allowed goes without the tool, to answer."""
@@ -197,8 +286,31 @@ def _message(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _call_message(message: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """The assistant's turn as the upstream should see it next round: its text, recall calls."""
-    return {"role": "assistant", "content": message.get("content") or None, "tool_calls": calls}
+    """The assistant's turn as the upstream should see it next round: its text, recall calls
+    (arguments too long to be a ref or a query are left out: they only take room)."""
+    return {
+        "role": "assistant",
+        "content": message.get("content") or None,
+        "tool_calls": [_short(c) for c in calls],
+    }
+
+
+def _short(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function")
+    arguments = fn.get("arguments") if isinstance(fn, dict) else None
+    if not isinstance(arguments, str) or len(arguments) <= SHOWN_ARGUMENTS:
+        return call
+    left = json.dumps({"left_out": f"{len(arguments):,} characters of arguments"})
+    return {**call, "function": {**fn, "arguments": left}}
+
+
+def _left_out(n: int, cap: int) -> str:
+    if not n:
+        return ""
+    return (
+        f"\n[ctxproxy_recall: {n} more recall calls in this answer were not run (at most {cap} "
+        "per answer, within the context window); ask for less at once.]"
+    )
 
 
 def dumps(data: dict[str, Any]) -> bytes:

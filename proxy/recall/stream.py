@@ -104,7 +104,7 @@ class StreamFilter:
         index = delta["index"]
         slot = self.slots.get(index)
         if slot is None:
-            name = (delta.get("function") or {}).get("name")
+            name = _function(delta).get("name")
             if not name:
                 self.held.setdefault(index, []).append(delta)
                 return None
@@ -122,19 +122,29 @@ class StreamFilter:
             index, {"id": None, "type": "function", "function": {"name": recall.NAME}}
         )
         call["id"] = call["id"] or delta.get("id")
-        fn = delta.get("function") or {}
-        args = call["function"].get("arguments", "") + (fn.get("arguments") or "")
+        args = call["function"].get("arguments", "") + _arguments(delta)
         call["function"]["arguments"] = args
 
 
 def _joined(deltas: list[dict[str, Any]]) -> dict[str, Any]:
     """Deltas of one call that came before its name, as one: the arguments in order."""
     out = dict(deltas[-1])
-    fn = dict(out.get("function") or {})
-    fn["arguments"] = "".join((d.get("function") or {}).get("arguments") or "" for d in deltas)
+    fn = dict(_function(out))
+    fn["arguments"] = "".join(_arguments(d) for d in deltas)
     out["function"] = fn
     out["id"] = next((d["id"] for d in deltas if d.get("id")), out.get("id"))
     return out
+
+
+def _function(delta: dict[str, Any]) -> dict[str, Any]:
+    """A delta's function, or {} when a hostile or broken upstream sent something else."""
+    fn = delta.get("function")
+    return fn if isinstance(fn, dict) else {}
+
+
+def _arguments(delta: dict[str, Any]) -> str:
+    args = _function(delta).get("arguments")
+    return args if isinstance(args, str) else ""
 
 
 def _empty(choice: Any) -> bool:

@@ -15,9 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.recall.search import BadQuery, Deadline, Search, compile_query
+
 NAME = "ctxproxy_recall"
 CONTEXT_LINES = 2  # around a matching line
 MIN_ROOM = 64  # tokens: below this, say the window is full instead of cutting to nothing
+CHARS_PER_TOKEN = 8  # generous: text gathered beyond room * this would be cut anyway
 
 DEFINITION: dict[str, Any] = {
     "type": "function",
@@ -39,17 +42,28 @@ DEFINITION: dict[str, Any] = {
     },
 }
 
+# Digits are bounded where they are read: a position of more digits than any history has is
+# past its end, and never reaches int() (which refuses 4,300+ digits) or range().
 _REF = re.compile(r"^\s*(?:/messages/([0-9a-fA-F]{8,64})|history:(\d+)(?:\s*-\s*(\d+))?)\s*$")
-_REGEX_HINT = re.compile(r"[\\^$.|?*+()\[\]{}]")
+MAX_DIGITS = 9
+MAX_ARGUMENTS = 8000  # characters of a call's arguments read at all: a call is far shorter
 
 
 @dataclass(frozen=True)
 class Recalled:
-    """A tool result and how it went: ok, truncated, not_found, no_match, bad_call, no_room."""
+    """A tool result and how it went: ok, truncated, not_found, no_match, bad_call, no_room
+    (or, from the rounds: over_cap, timeout, error)."""
 
     text: str
     outcome: str
     tokens: int = 0
+
+
+NO_ROOM = Recalled(
+    "[ctxproxy: no room is left in the context window for recalled text this turn; "
+    "answer from what you have.]",
+    "no_room",
+)
 
 
 def wanted(body: dict[str, Any], tools_supported: bool) -> bool:
@@ -78,11 +92,15 @@ def without_tool(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_recall_tool(tool: Any) -> bool:
-    return isinstance(tool, dict) and (tool.get("function") or {}).get("name") == NAME
+    return isinstance(tool, dict) and _named(tool.get("function"))
 
 
 def is_recall_call(call: Any) -> bool:
-    return isinstance(call, dict) and (call.get("function") or {}).get("name") == NAME
+    return isinstance(call, dict) and _named(call.get("function"))
+
+
+def _named(function: Any) -> bool:
+    return isinstance(function, dict) and function.get("name") == NAME
 
 
 def run(
@@ -91,34 +109,44 @@ def run(
     hashes: Sequence[str],
     room: int,
     count: Callable[[str], int],
+    seconds: float = 1.0,
 ) -> Recalled:
-    """Answer one call's JSON `arguments` from `messages`, within `room` tokens."""
+    """Answer one call's JSON `arguments` from `messages`, within `room` tokens and `seconds`."""
+    if isinstance(arguments, str) and len(arguments) > MAX_ARGUMENTS:
+        return _bad(f"the arguments are {len(arguments):,} characters; a ref or a query is short")
     try:
         args = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
+    except (ValueError, RecursionError):
         return _bad('the arguments are not valid JSON; pass {"ref": "..."} or {"query": "..."}')
     if not isinstance(args, dict):
         return _bad('pass an object: {"ref": "..."} or {"query": "..."}')
     ref, query = args.get("ref"), args.get("query")
-    if room < MIN_ROOM:
-        return Recalled(
-            "[ctxproxy: no room is left in the context window for recalled text this turn; "
-            "answer from what you have.]",
-            "no_room",
-        )
+    limit = max(room, 0) * CHARS_PER_TOKEN  # gather no more text than room could ever show
     if isinstance(ref, str) and ref.strip():
-        return _fit(*_by_ref(ref, messages, hashes), room, count)
-    if isinstance(query, str) and query.strip():
-        return _fit(*_by_query(query, messages), room, count)
-    return _bad('give a non-empty "ref" (e.g. "history:12") or "query" (words or a regex)')
+        text, outcome = _by_ref(ref, messages, hashes, limit)
+    elif isinstance(query, str) and query.strip():
+        try:
+            search = compile_query(query)
+        except BadQuery as exc:
+            return _bad(str(exc))
+        if room < MIN_ROOM:  # before the search: it would be for nothing
+            return NO_ROOM
+        text, outcome = _by_query(search, query, messages, limit, Deadline(seconds))
+    else:
+        return _bad('give a non-empty "ref" (e.g. "history:12") or "query" (words or a regex)')
+    if outcome != "ok":  # a short answer (nothing found, a bad ref): always said
+        return Recalled(text, outcome, count(text))
+    return _fit(text, outcome, room, count) if room >= MIN_ROOM else NO_ROOM
 
 
 def _bad(why: str) -> Recalled:
     return Recalled(f"[ctxproxy_recall: {why}.]", "bad_call")
 
 
-def _by_ref(ref: str, messages: Sequence[dict[str, Any]], hashes: Sequence[str]) -> tuple[str, str]:
-    m = _REF.match(ref)
+def _by_ref(
+    ref: str, messages: Sequence[dict[str, Any]], hashes: Sequence[str], limit: int
+) -> tuple[str, str]:
+    m = _REF.fullmatch(ref.strip())
     if m is None:
         return (
             f'[ctxproxy_recall: "{ref[:80]}" is not a ref; refs look like "/messages/<id>" or '
@@ -131,77 +159,97 @@ def _by_ref(ref: str, messages: Sequence[dict[str, Any]], hashes: Sequence[str])
         found = [i for i, h in enumerate(hashes) if h.startswith(digest)]
         if not found:
             return (
-                f"[ctxproxy_recall: no message {ref.strip()} in this conversation.]",
+                f"[ctxproxy_recall: no message {ref.strip()[:80]} in this conversation.]",
                 "not_found",
             )
         positions = found[-1:]  # the same message twice is the same text: give the newest
     else:
-        a, b = int(first), int(last) if last else int(first)
-        positions = [i for i in range(min(a, b), max(a, b) + 1) if i < len(messages)]
+        positions = _clamped(first, last or first, len(messages))
         if not positions:
             return (
                 f"[ctxproxy_recall: the conversation has positions 0-{len(messages) - 1}; "
-                f"{ref.strip()} is past its end.]",
+                f"{ref.strip()[:80]} is past its end.]",
                 "not_found",
             )
-    calls = _calls(messages)
-    return "\n\n".join(_whole(i, messages[i], calls) for i in positions), "ok"
+    calls, parts, size = _calls(messages), [], 0
+    for i in positions:
+        parts.append(_whole(i, messages[i], calls))
+        size += len(parts[-1])
+        if size > limit:  # the rest could not be shown anyway
+            break
+    return "\n\n".join(parts), "ok"
 
 
-def _by_query(query: str, messages: Sequence[dict[str, Any]]) -> tuple[str, str]:
-    match = _matcher(query)
-    if match is None:
-        return f'[ctxproxy_recall: "{query[:80]}" is not a valid regular expression.]', "bad_call"
-    sections, hits, calls = [], 0, _calls(messages)
+def _clamped(first: str, last: str, length: int) -> range:
+    """Positions first-last (either order) that the history has; a number of more digits
+    than MAX_DIGITS is past any end, and is never turned into an int."""
+    a, b = (int(x) if len(x.lstrip("0")) <= MAX_DIGITS else length for x in (first, last))
+    a, b = min(a, b), max(a, b)
+    return range(a, min(b, length - 1) + 1)
+
+
+def _by_query(
+    search: Search, query: str, messages: Sequence[dict[str, Any]], limit: int, deadline: Deadline
+) -> tuple[str, str]:
+    sections, hits, calls, size, searched = [], 0, _calls(messages), 0, 0
     for i, msg in enumerate(messages):
-        lines = _text(msg).splitlines()
-        found = [n for n, line in enumerate(lines) if match(line)]
+        if deadline.passed() or size > limit:
+            break
+        searched += 1
+        text = _text(msg)
+        found = search.lines(text)
         if not found:
             continue
         hits += len(found)
-        keep = sorted(
-            {k for n in found for k in range(n - CONTEXT_LINES, n + CONTEXT_LINES + 1)}
-            & set(range(len(lines)))
-        )
-        body, last = [], -2
-        for k in keep:
-            if k != last + 1:
-                body.append(f"  … line {k + 1}:")
-            body.append(lines[k])
-            last = k
-        sections.append(f"{_label(i, msg, calls)}\n" + "\n".join(body))
+        sections.append(f"{_label(i, msg, calls)}\n" + _around(text.split("\n"), found))
+        size += len(sections[-1])
+    stopped = _stopped(searched, len(messages), size > limit)
+    how = "" if search.how == "regex" else f", searched as {search.how}"
     if not sections:
-        return f'[ctxproxy_recall: nothing in this conversation matches "{query[:80]}".]', (
-            "no_match"
+        return (
+            f'[ctxproxy_recall: nothing in this conversation matches "{query[:80]}"{how}'
+            f"{stopped}.]",
+            "no_match",
         )
-    head = f"[ctxproxy_recall: {hits} matching lines in {len(sections)} messages]"
+    head = f"[ctxproxy_recall: {hits} matching lines in {len(sections)} messages{how}{stopped}]"
     return head + "\n\n" + "\n\n".join(sections), "ok"
 
 
-def _matcher(query: str) -> Callable[[str], bool] | None:
-    """A regex when the query looks like one, else lines holding every word (any case)."""
-    if _REGEX_HINT.search(query):
-        try:
-            pattern = re.compile(query, re.IGNORECASE)
-        except re.error:
-            return None
-        return lambda line: pattern.search(line) is not None
-    words = [w.lower() for w in query.split()]
-    return lambda line: all(w in line.lower() for w in words)
+def _stopped(searched: int, total: int, full: bool) -> str:
+    if searched >= total or full:
+        return ""
+    return f" (the search's time ran out after {searched} of {total} messages)"
+
+
+def _around(lines: list[str], found: list[int]) -> str:
+    """The matching lines with CONTEXT_LINES either side, gaps marked by their line number."""
+    keep = sorted(
+        {k for n in found for k in range(n - CONTEXT_LINES, n + CONTEXT_LINES + 1)}
+        & set(range(len(lines)))
+    )
+    body, last = [], -2
+    for k in keep:
+        if k != last + 1:
+            body.append(f"  … line {k + 1}:")
+        body.append(lines[k])
+        last = k
+    return "\n".join(body)
 
 
 def _fit(text: str, outcome: str, room: int, count: Callable[[str], int]) -> Recalled:
     """Cut `text` to `room` tokens, saying what was cut and how to narrow."""
+    whole = len(text)
+    text = text[: room * CHARS_PER_TOKEN]  # never count what could not be shown
     tokens = count(text)
-    if tokens <= room:
+    if tokens <= room and len(text) == whole:
         return Recalled(text, outcome, tokens)
     note = (
         "\n[ctxproxy_recall: cut here, {:,} of {:,} characters shown; narrow it with a more "
         'specific query, or a single "history:<position>".]'
     )
-    keep = int(len(text) * room / tokens * 0.95)
+    keep = min(len(text), int(len(text) * room / max(tokens, 1) * 0.95))
     while keep > 0:
-        cut = text[:keep] + note.format(keep, len(text))
+        cut = text[:keep] + note.format(keep, whole)
         if (used := count(cut)) <= room:
             return Recalled(cut, "truncated", used)
         keep = int(keep * 0.85)

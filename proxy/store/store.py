@@ -278,7 +278,7 @@ class Store:
                 "error": error,
                 "attempts": attempts,
                 "choices": choices,
-                "recalls": recalls,
+                **({"recalls": recalls} if recalls is not None else {}),  # else: as saved
                 "progress": None,
                 **writes.usage_columns(sent_usage or usage),
             }
@@ -294,6 +294,17 @@ class Store:
                 update(ExchangeRow)
                 .where(ExchangeRow.id == ref.exchange_id, ExchangeRow.status.is_(None))
                 .values(progress=answer)
+            )
+        )
+
+    def save_recalls(self, ref: RequestRef, recalls: list[dict[str, Any]]) -> None:
+        """The recall calls answered so far, kept on the open exchange in case this process
+        dies mid-round (closed as interrupted, it keeps them)."""
+        self._writer.run(
+            lambda s: s.execute(
+                update(ExchangeRow)
+                .where(ExchangeRow.id == ref.exchange_id, ExchangeRow.status.is_(None))
+                .values(recalls=recalls)
             )
         )
 

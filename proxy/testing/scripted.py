@@ -13,7 +13,9 @@ garbled        streams one chunk, then an event whose JSON is cut off, then more
 recaller       with ctxproxy_recall offered and the last user message "RECALL <json args>",
                says "Looking." and calls it with those arguments; given the result, answers
                "recalled: <result>" (stream or not); `recaller-mixed` also calls the client's
-               read_file in the same answer
+               read_file in the same answer; a JSON list after RECALL makes one call per item
+               (`RECALL 3000*<json args>`: 3,000 of that call),
+               and `recaller-hang` never answers the round that brings the results
 not-sse        answers 200 text/event-stream with an HTML error page for a body
 bulk           streams 64 chunks of 64 KiB as fast as the reader takes them (4 MiB in all)
 
@@ -257,17 +259,27 @@ class Script:
             for t in body.get("tools", [])
         )
         asked = last_user_text(body["messages"])
+        if last["role"] == "tool" and model == "recaller-hang":
+            return StreamingResponse(self._hang(), media_type="text/event-stream")
         if last["role"] == "tool" or not offered or not asked.startswith("RECALL "):
             text = "recalled: " + (last["content"] if last["role"] == "tool" else "nothing")
             if not stream:
                 return JSONResponse(completion(model, text, body))
             return StreamingResponse(self._words(model, text, body), media_type="text/event-stream")
+        asked = asked.removeprefix("RECALL ")
+        times, star, one = asked.partition("*")  # "RECALL 3000*{...}": that call, 3000 times
+        listed = json.loads(asked) if asked.startswith("[") else [asked]
+        listed = [one] * int(times) if star and times.isdigit() else listed
         calls = [
             {
-                "id": f"call_r{len(body['messages'])}",
+                "id": f"call_r{len(body['messages'])}_{n}",
                 "type": "function",
-                "function": {"name": "ctxproxy_recall", "arguments": asked.removeprefix("RECALL ")},
+                "function": {
+                    "name": "ctxproxy_recall",
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
             }
+            for n, args in enumerate(listed)
         ]
         if mixed:
             args = '{"path": "a.py"}'
@@ -284,6 +296,10 @@ class Script:
         return StreamingResponse(
             self._tool_deltas(calls, model, "Looking.", body), media_type="text/event-stream"
         )
+
+    async def _hang(self) -> AsyncIterator[bytes]:
+        await asyncio.sleep(3600)
+        yield b""
 
     async def _tool_deltas(
         self,

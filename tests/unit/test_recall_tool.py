@@ -156,3 +156,28 @@ def test_a_round_of_recall_calls_only_loses_its_finish_usage_and_done() -> None:
     )
     got = events(out)
     assert got[1]["usage"] == {"prompt_tokens": 230, "completion_tokens": 9} and got[-1] == "DONE"
+
+
+def test_a_search_stops_when_its_time_is_up_and_says_how_far_it_got() -> None:
+    got = recall.run(json.dumps({"query": "PORT"}), HISTORY, HASHES, 2000, COUNTER.text, 0.0)
+    assert got.outcome == "no_match"
+    assert f"time ran out after 0 of {len(HISTORY)} messages" in got.text
+
+
+def test_a_query_matches_line_by_line_as_re_would_on_each_line() -> None:
+    """RE2 over the whole text gives the same lines as a per-line search, unicode included."""
+    history = [{"role": "tool", "tool_call_id": "c", "content": "é = 1\nx\nPORT=2 é\n\nport=3"}]
+    got = recall.run(json.dumps({"query": r"^port=\d"}), history, ["h"], 2000, COUNTER.text)
+    assert "2 matching lines in 1 messages" in got.text
+    words = recall.run(json.dumps({"query": "é port"}), history, ["h"], 2000, COUNTER.text)
+    assert "1 matching lines in 1 messages" in words.text and "PORT=2 é" in words.text
+
+
+def test_a_stream_of_malformed_recall_deltas_is_gathered_not_raised() -> None:
+    filt = StreamFilter([])
+    call = {"index": 0, "id": "r1", "function": {"name": recall.NAME, "arguments": {"a": 1}}}
+    event = {
+        "choices": [{"index": 0, "delta": {"tool_calls": [call, {"index": 1, "function": 5}]}}]
+    }
+    filt.feed(b"data: " + json.dumps(event).encode() + b"\n\n", True)
+    assert filt.recall_calls()[0]["function"]["arguments"] == ""
