@@ -8,6 +8,7 @@ rounds added up. The calls, their results and the rounds' figures go to the audi
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -18,8 +19,10 @@ from proxy import answers, recall
 from proxy import upstream as up
 from proxy.compiler import Compiled
 from proxy.errors import UpstreamInvalid
+from proxy.tokens import REPLY_PRIMING
 
 OVERHEAD = 32  # tokens of the assistant call and tool result wrapping a recalled text
+USEFUL_ROOM = 2 * recall.MIN_ROOM  # tokens: with less left, recall is not offered
 
 
 class Rounds:
@@ -90,7 +93,8 @@ class Rounds:
 
     def request(self, stream: bool) -> dict[str, Any]:
         """The next upstream request; the last one allowed goes without the tool, to answer."""
-        last = self.sent + 1 >= self.settings.rounds
+        # The last round allowed, or one with no useful room left, goes without the tool.
+        last = self.sent + 1 >= self.settings.rounds or self.room() < USEFUL_ROOM
         body = recall.without_tool(self.body) if last else self.body
         return {**body, "messages": [*self.compiled.messages, *self.extra], "stream": stream}
 
@@ -137,6 +141,21 @@ class Rounds:
         strip(data)
         data["usage"] = added(self.usages)
         return data
+
+
+def room_left(compiled: Compiled) -> int | None:
+    """Tokens a first recalled text could take under the budget (None: no budget known)."""
+    if compiled.budget is None or compiled.state is None:
+        return None
+    view = math.ceil((compiled.state.view_tokens + REPLY_PRIMING) * compiled.factor)
+    return compiled.budget - view - OVERHEAD
+
+
+def offered(compiled: Compiled) -> bool:
+    """Whether to offer recall: something is folded or left out, and the room left can hold
+    a useful excerpt (so no call is answered "no room is left")."""
+    room = room_left(compiled)
+    return folded(compiled) and (room is None or room >= USEFUL_ROOM)
 
 
 def folded(compiled: Compiled) -> bool:

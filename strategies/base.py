@@ -324,6 +324,11 @@ class Context:
     # One of the levels below, raised by the pipeline only while the view stays over its goal.
     pressure: int = 0
     lineage: Lineage | None = None
+    fixed: int = 0  # tokens of the fixed part (prompts, task) within the budget
+
+    def room(self) -> int:
+        """The part of the budget that compaction can change: the budget less the fixed part."""
+        return max(self.budget - self.fixed, 0)
 
     def usage(self, messages: Iterable[Message]) -> int:
         return self.measure(sum(self.count(m) for m in messages))
