@@ -160,7 +160,6 @@ class Upstream:
             ]
         )
 
-
     def recall(self, body: dict, text: str) -> dict | None:
         """As a model might: on every RECALL_EVERY-th request that offers ctxproxy_recall, ask
         for the newest folded original once; the result it gets back is kept."""
@@ -175,8 +174,8 @@ class Upstream:
         refs = re.findall(r"ctxproxy_recall original: (/messages/[0-9a-f]+)", text)
         if self.offered % RECALL_EVERY or not refs:
             return None
-        call = {"id": f"recall_{self.offered}", "type": "function",
-                "function": {"name": "ctxproxy_recall", "arguments": json.dumps({"ref": refs[-1]})}}  # fmt: skip
+        fn = {"name": "ctxproxy_recall", "arguments": json.dumps({"ref": refs[-1]})}
+        call = {"id": f"recall_{self.offered}", "type": "function", "function": fn}
         return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 

@@ -15,7 +15,6 @@ from proxy.tokens import REPLY_PRIMING, TokenCounter
 from strategies import CompactionEvent, OverBudget, Plan, compile_view, get
 from strategies.state import ViewState
 
-
 # Tokens a step leaves free under the budget when the recall tool may be offered, so that a
 # recalled excerpt fits (rounds.USEFUL_ROOM, plus the call's wrapping, is less).
 RECALL_ROOM = 256

@@ -130,9 +130,7 @@ def fixed_tokens(messages: Sequence[Message], count: Callable[[Message], int]) -
     prompts and the task (the first user message)."""
     first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
     return sum(
-        count(m)
-        for i, m in enumerate(messages)
-        if m.get("role") in PROMPT_ROLES or i == first_user
+        count(m) for i, m in enumerate(messages) if m.get("role") in PROMPT_ROLES or i == first_user
     )
 
 
