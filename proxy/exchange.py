@@ -32,7 +32,7 @@ from proxy.errors import (
 from proxy.overflow import Overflow, parse_overflow
 from proxy.prepare import prepare
 from proxy.relay import relay
-from proxy.rounds import Rounds, offered
+from proxy.rounds import Rounds, folded
 from proxy.sessions import identify
 from proxy.sse import MAX_CHOICES
 from proxy.store import RequestRef
@@ -197,10 +197,9 @@ class Turn:
     def outgoing(
         self, upstream: Any, plain: dict[str, Any], counted: dict[str, Any], compiled: Compiled
     ) -> dict[str, Any]:
-        """What to send: with the recall tool when the view holds anything folded or left out
-        and the room left can hold a recalled excerpt."""
+        """What to send: with the recall tool when the view holds anything folded or left out."""
         self.rounds = None
-        if counted is plain or not offered(compiled):
+        if counted is plain or not folded(compiled):
             return plain
         hashes = self.hashes or hash_messages(self.messages)
         self.rounds = Rounds(

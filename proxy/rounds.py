@@ -22,7 +22,7 @@ from proxy.errors import UpstreamInvalid
 from proxy.tokens import REPLY_PRIMING
 
 OVERHEAD = 32  # tokens of the assistant call and tool result wrapping a recalled text
-USEFUL_ROOM = 2 * recall.MIN_ROOM  # tokens: with less left, recall is not offered
+USEFUL_ROOM = 2 * recall.MIN_ROOM  # tokens: with less left, a further round goes without it
 
 
 class Rounds:
@@ -144,18 +144,14 @@ class Rounds:
 
 
 def room_left(compiled: Compiled) -> int | None:
-    """Tokens a first recalled text could take under the budget (None: no budget known)."""
+    """Tokens a first recalled text could take under the budget (None: no budget known). The
+    compiler keeps RECALL_ROOM free when the tool goes with the view, so this is at least
+    USEFUL_ROOM unless the view needed the last resort; the tool is still offered then, since
+    taking it away would change the tools at the prompt's start, which the cache holds."""
     if compiled.budget is None or compiled.state is None:
         return None
     view = math.ceil((compiled.state.view_tokens + REPLY_PRIMING) * compiled.factor)
     return compiled.budget - view - OVERHEAD
-
-
-def offered(compiled: Compiled) -> bool:
-    """Whether to offer recall: something is folded or left out, and the room left can hold
-    a useful excerpt (so no call is answered "no room is left")."""
-    room = room_left(compiled)
-    return folded(compiled) and (room is None or room >= USEFUL_ROOM)
 
 
 def folded(compiled: Compiled) -> bool:

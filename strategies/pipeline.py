@@ -191,7 +191,8 @@ def _deep(
     """The pipeline at increasing pressure, each level only while the view is over its goal.
 
     Up to NO_KEEP_WINDOW the goal is the target, so a firing is a large step; from FORGET_ANY
-    on (what the next step needs is itself too big) only the budget, so room is used."""
+    on (what the next step needs is itself too big) only the budget less the excerpt's room,
+    and at the last resort the budget itself, so room is used."""
     events: list[CompactionEvent] = []
     if "forget" in plan.pipeline and ctx.usage(view) > 2 * plan.budget:
         # A long history arriving at once: forget down to the budget first, rather than fold
@@ -199,7 +200,7 @@ def _deep(
         step = dataclasses.replace(ctx, target=plan.budget, options=plan.options.get("forget", {}))
         view, events = get("forget")(view, step)
     for pressure in range(LAST_RESORT + 1):
-        target = plan.target if pressure < FORGET_ANY else plan.budget
+        target = _goal(plan, pressure)
         if pressure and ctx.usage(view) <= target:
             break
         for name in plan.pipeline:
@@ -209,6 +210,12 @@ def _deep(
             view, fired = get(name)(view, step)
             events += fired
     return view, events
+
+
+def _goal(plan: Plan, pressure: int) -> int:
+    if pressure < FORGET_ANY:
+        return plan.target
+    return plan.budget - plan.excerpt if pressure < LAST_RESORT else plan.budget
 
 
 def _cost(before: list[Message], after: list[Message], ctx: Context, budget: int) -> float:
