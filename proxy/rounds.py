@@ -22,7 +22,7 @@ from proxy.errors import UpstreamInvalid
 from proxy.tokens import REPLY_PRIMING
 
 OVERHEAD = 32  # tokens of the assistant call and tool result wrapping a recalled text
-USEFUL_ROOM = 2 * recall.MIN_ROOM  # tokens: with less left, a further round goes without it
+USEFUL_ROOM = 2 * recall.MIN_ROOM  # tokens: the least a first recalled excerpt should have
 
 
 class Rounds:
@@ -93,8 +93,7 @@ class Rounds:
 
     def request(self, stream: bool) -> dict[str, Any]:
         """The next upstream request; the last one allowed goes without the tool, to answer."""
-        # The last round allowed, or one with no useful room left, goes without the tool.
-        last = self.sent + 1 >= self.settings.rounds or self.room() < USEFUL_ROOM
+        last = self.sent + 1 >= self.settings.rounds
         body = recall.without_tool(self.body) if last else self.body
         return {**body, "messages": [*self.compiled.messages, *self.extra], "stream": stream}
 
@@ -146,8 +145,9 @@ class Rounds:
 def room_left(compiled: Compiled) -> int | None:
     """Tokens a first recalled text could take under the budget (None: no budget known). The
     compiler keeps RECALL_ROOM free when the tool goes with the view, so this is at least
-    USEFUL_ROOM unless the view needed the last resort; the tool is still offered then, since
-    taking it away would change the tools at the prompt's start, which the cache holds."""
+    USEFUL_ROOM unless the view needed the last resort. The tool is offered whenever the view
+    is folded all the same: a tool list that comes and goes changes the prompt's start (where
+    templates put tools), and the model server's cache would lose the whole prompt."""
     if compiled.budget is None or compiled.state is None:
         return None
     view = math.ceil((compiled.state.view_tokens + REPLY_PRIMING) * compiled.factor)
