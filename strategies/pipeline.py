@@ -27,6 +27,7 @@ from strategies.base import (
     get,
     memoize,
 )
+from strategies.cut import use_room
 from strategies.state import ViewState
 from strategies.tiered import fold_newest
 
@@ -209,6 +210,8 @@ def _deep(
             )
             view, fired = get(name)(view, step)
             events += fired
+    if pressure == LAST_RESORT:
+        view = use_room(view, ctx, plan.budget)
     return view, events
 
 
