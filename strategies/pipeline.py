@@ -193,7 +193,7 @@ def _deep(
 
     Up to NO_KEEP_WINDOW the goal is the target, so a firing is a large step; from FORGET_ANY
     on (what the next step needs is itself too big) only the budget less the excerpt's room,
-    and at the last resort the budget itself, so room is used."""
+    so room is used."""
     events: list[CompactionEvent] = []
     if "forget" in plan.pipeline and ctx.usage(view) > 2 * plan.budget:
         # A long history arriving at once: forget down to the budget first, rather than fold
@@ -211,14 +211,14 @@ def _deep(
             view, fired = get(name)(view, step)
             events += fired
     if pressure == LAST_RESORT:
-        view = use_room(view, ctx, plan.budget)
+        view = use_room(view, ctx, plan.budget - plan.excerpt)
     return view, events
 
 
 def _goal(plan: Plan, pressure: int) -> int:
-    if pressure < FORGET_ANY:
-        return plan.target
-    return plan.budget - plan.excerpt if pressure < LAST_RESORT else plan.budget
+    """Below FORGET_ANY the target; from there on the budget less the excerpt's room, so a
+    recalled excerpt still fits when the step had to go deep."""
+    return plan.target if pressure < FORGET_ANY else plan.budget - plan.excerpt
 
 
 def _cost(before: list[Message], after: list[Message], ctx: Context, budget: int) -> float:
