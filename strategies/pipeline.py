@@ -180,7 +180,9 @@ def _fire(
                 options.append((*fold_newest(view, step), forgotten))
     lineage.forgotten = set(forgotten)
     options.append((*_deep(view, plan, ctx), set(lineage.forgotten)))
-    fitting = [o for o in options if ctx.usage(o[0]) <= plan.budget] or options[-1:]
+    # A step that leaves the excerpt's room if any does, else one that fits the budget.
+    fitting = [o for o in options if ctx.usage(o[0]) <= plan.budget - plan.excerpt]
+    fitting = fitting or [o for o in options if ctx.usage(o[0]) <= plan.budget] or options[-1:]
     best = min(fitting, key=lambda o: _cost(view, o[0], ctx, plan.budget))
     lineage.forgotten = best[2]
     return best[0], best[1]
