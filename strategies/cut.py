@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from strategies.base import Context, Message, recall_ref, text_of, with_content
+from strategies.base import Context, Message, iterations, recall_ref, text_of, with_content
 
 LABEL = "cut"
 MIN_GAIN = 32  # tokens: less spare room than this is not worth a new form
 
 
 def use_room(view: list[Message], ctx: Context, budget: int) -> list[Message]:
-    """The task and the latest user message, when a last-resort pass left them as a short
-    form, become the longest head and tail of their text (a note with the recall ref between
-    them) that keep the view within `budget`: a 2,048-token window should not send 100
-    tokens of a long paste."""
+    """The latest user message, when it is the latest turn and a last-resort pass left it as
+    a short form, becomes the longest head and tail of its text (a note with the recall ref
+    between them) that keep the view within `budget`: a 2,048-token window should not send
+    100 tokens of a long paste."""
     lineage = ctx.lineage
     if lineage is None:
         return view
-    users = [k for k, m in enumerate(view) if m.get("role") == "user"]
+    iters = iterations(view)
+    # Only in the latest turn: once the agent has moved on, a paste that filled the room
+    # would make every later turn fire.
+    users = [k for k, m in enumerate(view) if m.get("role") == "user" and iters[k] == iters[-1]]
     out = list(view)
-    for k in dict.fromkeys(users[:1] + users[-1:]):
+    for k in users[-1:]:
         cur = out[k]
         raw = lineage.origin(cur)
         text = text_of(raw)
