@@ -11,9 +11,12 @@ completions only, `native` serves /v1/messages too and gets every view natively 
 `native+recall` (the default) natively until the view is folded, then translated with the
 recall tool.
 
-Per run it prints: turns refused by ctxproxy, prompts forwarded over the window, the share of
-turns that fired a compaction, token-weighted prefix reuse between consecutive forwarded
-prompts, and which of the newest evidence strings are in the last forwarded prompt.
+On every fifth request that offers ctxproxy_recall, the upstream calls it for the newest
+placeholder's original, as a model might. Per run it prints: turns refused by ctxproxy, prompts
+forwarded over the window, the share of turns that fired a compaction, token-weighted prefix
+reuse between consecutive forwarded prompts, requests that offered recall, recall results that
+brought no text back ("no room"), and which of the newest evidence strings are in the last
+forwarded prompt.
 Run from the repository root: python -m bench.claude_code [--quick]
 """
 
