@@ -11,9 +11,12 @@ completions only, `native` serves /v1/messages too and gets every view natively 
 `native+recall` (the default) natively until the view is folded, then translated with the
 recall tool.
 
-Per run it prints: turns refused by ctxproxy, prompts forwarded over the window, the share of
-turns that fired a compaction, token-weighted prefix reuse between consecutive forwarded
-prompts, and which of the newest evidence strings are in the last forwarded prompt.
+On every fifth request that offers ctxproxy_recall, the upstream calls it for the newest
+placeholder's original, as a model might. Per run it prints: turns refused by ctxproxy, prompts
+forwarded over the window, the share of turns that fired a compaction, token-weighted prefix
+reuse between consecutive forwarded prompts, requests that offered recall, recall results that
+brought no text back ("no room"), and which of the newest evidence strings are in the last
+forwarded prompt.
 Run from the repository root: python -m bench.claude_code [--quick]
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +40,7 @@ TOOL_NAMES = [
     "NotebookRead", "NotebookEdit", "WebFetch", "TodoWrite", "WebSearch", "BashOutput",
     "KillShell", "SlashCommand", "ListMcpResources", "ReadMcpResource",
 ]  # fmt: skip
+RECALL_EVERY = 5  # the scripted model recalls on every fifth request offering the tool
 DOCS = ["README.md", "bench/README.md", "tests/llama/LLAMACPP_NOTES.md"]
 
 
@@ -99,6 +104,8 @@ class Upstream:
     answers: dict[tuple[str | None, str], int]  # a request's _key -> its answer's index
     prompts: list[tuple[str, bool]] = field(default_factory=list)
     tokens: int = 0  # the last prompt's count
+    offered: int = 0  # requests that carried the recall tool
+    recalls: list[str] = field(default_factory=list)  # the recall results it was given
 
     def app(self) -> Any:
         from starlette.applications import Starlette
@@ -131,7 +138,8 @@ class Upstream:
             text = json.dumps(body.get("tools")) + s.render(body["messages"])
             if (no := refused(text)) is not None:
                 return no
-            answer = self.session[self.answers[_key(body["messages"])]]
+            own = [m for m in body["messages"] if not _recall_round(m)]
+            answer = self.recall(body, text) or self.session[self.answers[_key(own)]]
             choice = {"index": 0, "message": answer, "finish_reason": "tool_calls"}
             usage = {"prompt_tokens": self.tokens, "completion_tokens": 1}
             return JSONResponse({"object": "chat.completion", "choices": [choice], "usage": usage})
@@ -154,6 +162,35 @@ class Upstream:
                 Route("/v1/messages", messages, methods=["POST"]),
             ]
         )
+
+    def recall(self, body: dict, text: str) -> dict | None:
+        """As a model might: on every RECALL_EVERY-th request that offers ctxproxy_recall, ask
+        for the newest folded original once; the result it gets back is kept."""
+        names = [(t.get("function") or {}).get("name") for t in body.get("tools") or []]
+        if "ctxproxy_recall" not in names:
+            return None
+        last = body["messages"][-1]
+        if str(last.get("tool_call_id", "")).startswith("recall_"):
+            self.recalls.append(str(last.get("content")))
+            return None
+        self.offered += 1
+        refs = re.findall(r"ctxproxy_recall original: (/messages/[0-9a-f]+)", text)
+        if self.offered % RECALL_EVERY or not refs:
+            return None
+        fn = {"name": "ctxproxy_recall", "arguments": json.dumps({"ref": refs[-1]})}
+        call = {"id": f"recall_{self.offered}", "type": "function", "function": fn}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def _recall_round(m: dict) -> bool:
+    calls = m.get("tool_calls") or []
+    ids = [str(c.get("id", "")) for c in calls] + [str(m.get("tool_call_id", ""))]
+    return any(i.startswith("recall_") for i in ids)
+
+
+def without_text(result: str) -> bool:
+    """A recall result that brought nothing back for lack of room."""
+    return "no room" in result[:120]
 
 
 def _key(messages: list[dict]) -> tuple[str | None, str]:
@@ -195,6 +232,9 @@ class Result:
     over: int = 0
     fired: int = 0
     reuse: float = 0.0
+    offered: int = 0
+    recalls: int = 0
+    empty_recalls: int = 0
     kept: dict[str, bool] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)
 
@@ -243,6 +283,8 @@ def run(mode: str, window: int, system_tokens: int, session: list[dict], turns: 
     sent = [text for text, over in upstream.prompts if not over]
     out.over = sum(over for _, over in upstream.prompts)  # each one refitted and resent
     out.reuse = s.prefix_reuse(sent)
+    out.offered, out.recalls = upstream.offered, len(upstream.recalls)
+    out.empty_recalls = sum(without_text(r) for r in upstream.recalls)
     last = sent[-1] if sent else ""
     out.kept = {k: v in last for k, v in s.evidence(session[: ends[-1]]).items()}
     return out
@@ -276,10 +318,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def report(results: list[Result]) -> None:
     header = ["system tokens", "window", "forwarding", "turns", "refused", "over window",
-              "errors", "fired", "prefix reuse", "newest evidence kept"]  # fmt: skip
+              "errors", "fired", "prefix reuse", "recall offered", "recalls without text",
+              "newest evidence kept"]  # fmt: skip
     rows = [
         [f"{r.system_tokens:,}", f"{r.window:,}", r.mode, str(r.turns), str(r.refused),
          str(r.over), str(r.errors), f"{r.fired / max(r.turns, 1):.0%}", f"{r.reuse:.3f}",
+         str(r.offered), f"{r.empty_recalls}/{r.recalls}",
          f"{sum(r.kept.values())}/{len(r.kept)}"]
         for r in results
     ]  # fmt: skip

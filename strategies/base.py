@@ -324,6 +324,11 @@ class Context:
     # One of the levels below, raised by the pipeline only while the view stays over its goal.
     pressure: int = 0
     lineage: Lineage | None = None
+    fixed: int = 0  # tokens of the fixed part (prompts, task) within the budget
+
+    def room(self) -> int:
+        """The part of the budget that compaction can change: the budget less the fixed part."""
+        return max(self.budget - self.fixed, 0)
 
     def usage(self, messages: Iterable[Message]) -> int:
         return self.measure(sum(self.count(m) for m in messages))
@@ -406,7 +411,8 @@ def looks_compacted(msg: Message) -> bool:
 MIN_GAIN = 0.9  # a new form must cut at least a tenth of the message's tokens
 # How far a pass reduces a message: a pass leaves alone what an equal or deeper pass made.
 # A forget marker (merged into a kept message or standing alone) is left to `forget` alone.
-DEPTH = {"traceback": 1, "tiered:1": 1, "fold": 2, "tiered:2": 2, "tiered:3": 3, "forget": 9}
+DEPTH = {"cut": 1, "traceback": 1, "tiered:1": 1, "fold": 2, "tiered:2": 2, "tiered:3": 3}
+DEPTH["forget"] = 9
 
 
 def compact_until(

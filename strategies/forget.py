@@ -140,7 +140,7 @@ def _units(view: list[Message], ctx: Context, held: set[int], marker: bool) -> l
     last = iters[-1] if iters else 0
     early = marker and ctx.pressure < FORGET_ANY
     keep = held if marker and ctx.pressure < LAST_RESORT else set()
-    head = int(float(ctx.option("keep_first", 0.0)) * ctx.budget) if early else 0
+    head = int(float(ctx.option("keep_first", 0.0)) * ctx.room()) if early else 0
     units = []
     for it, group in groupby(range(len(view)), key=lambda i: iters[i]):
         idx = list(group)
@@ -202,8 +202,8 @@ def _reserve(ctx: Context) -> int:
 
 
 def _cap(ctx: Context) -> int:
-    """The marker's length in characters: about 4% of the budget, within 300..2,000."""
-    return max(300, min(2000, int(ctx.budget * 0.04 * 4)))
+    """The marker's length in characters: about 4% of the room, within 300..2,000."""
+    return max(300, min(2000, int(ctx.room() * 0.04 * 4)))
 
 
 def _without_marker(view: list[Message], lineage: Lineage) -> list[Message]:

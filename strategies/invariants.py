@@ -18,6 +18,7 @@ from strategies.base import (
     Message,
     OverBudget,
     iterations,
+    text_of,
     tool_calls,
 )
 
@@ -120,10 +121,22 @@ def kept_in_latest(compiled: Message, original: Message) -> bool:
         return False
     if isinstance(content, str) and content.startswith(ELIDED):
         return True
+    if isinstance(content, str) and _head_cut(content, text_of(original)):
+        return True
     return _marker_after(content, original.get("content"))
 
 
 ELIDED = ("[Output of tool ", "[User message elided", "[User message folded")
+CUT_NOTE = " more chars cut to fit the context window; "  # strategies/cut.py's note
+
+
+def _head_cut(content: str, sent: str | None) -> bool:
+    """The sent text's head and tail with a note between them saying how much was cut (the
+    last resort's form that uses the room left)."""
+    head, sep, rest = content.rpartition("\n[… ")
+    note, _, tail = rest.partition("]\n")
+    ok = bool(sep) and sent is not None and CUT_NOTE in note
+    return ok and sent.startswith(head) and sent.endswith(tail)
 
 
 def _marker_after(content: Any, sent: Any) -> bool:

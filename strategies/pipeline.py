@@ -17,6 +17,7 @@ from strategies import invariants
 from strategies.base import (
     FORGET_ANY,
     LAST_RESORT,
+    PROMPT_ROLES,
     CompactionEvent,
     Context,
     Lineage,
@@ -26,10 +27,12 @@ from strategies.base import (
     get,
     memoize,
 )
+from strategies.cut import use_room
 from strategies.state import ViewState
 from strategies.tiered import fold_newest
 
-# Light steps try to free these shares of the budget by folding the newest old outputs.
+# Light steps try to free these shares of the room (the budget less the fixed part) by
+# folding the newest old outputs.
 LIGHT_ROOMS = (0.25, 0.4)
 
 
@@ -40,11 +43,31 @@ class Plan:
     target: int
     trigger: int
     options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    fixed: int = 0  # tokens of the fixed part (prompts, task), once `within` has placed it
+    # Tokens a step leaves free under the budget for one recalled excerpt (0: no recall).
+    excerpt: int = 0
 
     def key(self) -> str:
         return canonical_json(
             [list(self.pipeline), self.budget, self.target, self.trigger, self.options]
         )
+
+    def within(self, fixed: int) -> Plan:
+        """Trigger and target as shares of the room left after `fixed` tokens (prompts, task)
+        and the excerpt kept free, rather than of the whole budget: a client whose fixed part
+        fills most of the window still sees rare, large steps."""
+        if self.budget <= 0:
+            return self
+        room = max(self.budget - self.excerpt - fixed, 0)
+        trigger = fixed + math.floor(room * self.trigger / self.budget)
+        target = min(fixed + math.floor(room * self.target / self.budget), trigger)
+        return dataclasses.replace(
+            self, trigger=min(trigger, self.budget), target=target, fixed=fixed
+        )
+
+    def room(self) -> int:
+        """What a step can make room in: the budget less the fixed part and the excerpt."""
+        return max(self.budget - self.excerpt - self.fixed, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +100,8 @@ def compile_view(
     or InvariantError. `prior` is the stored state of a prefix of `messages`, if any."""
     count = memoize(count)
     lineage = Lineage(messages)
-    ctx = Context(plan.budget, plan.target, count, measure, lineage=lineage)
+    plan = plan.within(measure(fixed_tokens(messages, count)))
+    ctx = Context(plan.budget, plan.target, count, measure, lineage=lineage, fixed=plan.fixed)
     if prior is not None and prior.fits(messages):
         new = messages[prior.covered :]
         added = sum(count(m) for m in new)
@@ -100,6 +124,15 @@ def compile_view(
     kept = merge(carried + events)
     state = ViewState.capture(len(messages), view, lineage, kept, view_raw, original_raw)
     return Result(view, merge(carried) + events, state, original_raw)
+
+
+def fixed_tokens(messages: Sequence[Message], count: Callable[[Message], int]) -> int:
+    """Raw tokens of what no step before the last resort changes: the system and developer
+    prompts and the task (the first user message)."""
+    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
+    return sum(
+        count(m) for i, m in enumerate(messages) if m.get("role") in PROMPT_ROLES or i == first_user
+    )
 
 
 def merge(events: Sequence[CompactionEvent]) -> list[CompactionEvent]:
@@ -141,13 +174,15 @@ def _fire(
     options = []
     if "tiered" in plan.pipeline and ctx.usage(view) <= 1.5 * plan.budget:
         for room in LIGHT_ROOMS:
-            goal = plan.budget - math.floor(room * plan.budget)
+            goal = plan.budget - plan.excerpt - math.floor(room * plan.room())
             if goal > plan.target:
                 step = dataclasses.replace(ctx, target=goal, options=plan.options.get("tiered", {}))
                 options.append((*fold_newest(view, step), forgotten))
     lineage.forgotten = set(forgotten)
     options.append((*_deep(view, plan, ctx), set(lineage.forgotten)))
-    fitting = [o for o in options if ctx.usage(o[0]) <= plan.budget] or options[-1:]
+    # A step that leaves the excerpt's room if any does, else one that fits the budget.
+    fitting = [o for o in options if ctx.usage(o[0]) <= plan.budget - plan.excerpt]
+    fitting = fitting or [o for o in options if ctx.usage(o[0]) <= plan.budget] or options[-1:]
     best = min(fitting, key=lambda o: _cost(view, o[0], ctx, plan.budget))
     lineage.forgotten = best[2]
     return best[0], best[1]
@@ -159,7 +194,8 @@ def _deep(
     """The pipeline at increasing pressure, each level only while the view is over its goal.
 
     Up to NO_KEEP_WINDOW the goal is the target, so a firing is a large step; from FORGET_ANY
-    on (what the next step needs is itself too big) only the budget, so room is used."""
+    on (what the next step needs is itself too big) only the budget less the excerpt's room,
+    so room is used."""
     events: list[CompactionEvent] = []
     if "forget" in plan.pipeline and ctx.usage(view) > 2 * plan.budget:
         # A long history arriving at once: forget down to the budget first, rather than fold
@@ -167,7 +203,7 @@ def _deep(
         step = dataclasses.replace(ctx, target=plan.budget, options=plan.options.get("forget", {}))
         view, events = get("forget")(view, step)
     for pressure in range(LAST_RESORT + 1):
-        target = plan.target if pressure < FORGET_ANY else plan.budget
+        target = _goal(plan, pressure)
         if pressure and ctx.usage(view) <= target:
             break
         for name in plan.pipeline:
@@ -176,7 +212,15 @@ def _deep(
             )
             view, fired = get(name)(view, step)
             events += fired
+    if pressure == LAST_RESORT:
+        view = use_room(view, ctx, plan.budget - plan.excerpt)
     return view, events
+
+
+def _goal(plan: Plan, pressure: int) -> int:
+    """Below FORGET_ANY the target; from there on the budget less the excerpt's room, so a
+    recalled excerpt still fits when the step had to go deep."""
+    return plan.target if pressure < FORGET_ANY else plan.budget - plan.excerpt
 
 
 def _cost(before: list[Message], after: list[Message], ctx: Context, budget: int) -> float:

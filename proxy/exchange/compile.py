@@ -10,9 +10,14 @@ from pydantic import BaseModel
 
 from proxy.errors import ContextLengthExceeded
 from proxy.exchange.tokens import REPLY_PRIMING, TokenCounter
+from proxy.recall import tool as recall
 from proxy.settings import CompactionSettings
 from strategies import CompactionEvent, OverBudget, Plan, compile_view, get
 from strategies.state import ViewState
+
+# Tokens a step leaves free under the budget when the recall tool may be offered, so that a
+# recalled excerpt fits (rounds.USEFUL_ROOM, plus the call's wrapping, is less).
+RECALL_ROOM = 256
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,8 @@ def compile_request(
     tools_tokens = counter.estimate(tools_raw)
     reserve = answer_reserve(body, window, settings)
     budget = message_budget(body, window, settings, tools_tokens)
-    plan = make_plan(settings, budget)
+    recalls = any(recall.is_recall_tool(t) for t in body.get("tools") or [])
+    plan = make_plan(settings, budget, RECALL_ROOM if recalls else 0)
     try:
         try:
             result = compile_view(
@@ -161,15 +167,17 @@ def _refusal(
     )
 
 
-def make_plan(settings: CompactionSettings, budget: int) -> Plan:
-    """Settings become plain options per strategy, so strategies never see settings."""
+def make_plan(settings: CompactionSettings, budget: int, excerpt: int = 0) -> Plan:
+    """Settings become plain options per strategy, so strategies never see settings. Trigger
+    and target are shares; the pipeline applies them to the room left after the fixed part
+    (prompts, task) and `excerpt`, the tokens kept free for a recalled excerpt."""
     for name in settings.pipeline:
         get(name)  # an unknown name fails here, with the list of known ones
     budget = max(budget, 0)
     trigger = math.floor(settings.trigger * budget)
     target = min(math.floor(settings.target * budget), trigger)
     options = {name: _options(settings, name) for name in settings.pipeline}
-    return Plan(settings.pipeline, budget, target, trigger, options)
+    return Plan(settings.pipeline, budget, target, trigger, options, excerpt=excerpt)
 
 
 def _options(settings: CompactionSettings, name: str) -> dict[str, Any]:

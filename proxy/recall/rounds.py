@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from typing import Any
 
@@ -17,11 +18,13 @@ from starlette.concurrency import run_in_threadpool
 
 from proxy.errors import UpstreamInvalid
 from proxy.exchange.compile import Compiled
+from proxy.exchange.tokens import REPLY_PRIMING
 from proxy.recall import tool as recall
 from proxy.upstream import answers
 from proxy.upstream import send as up
 
 OVERHEAD = 32  # tokens of the assistant call and tool result wrapping a recalled text
+USEFUL_ROOM = 2 * recall.MIN_ROOM  # tokens: the least a first recalled excerpt should have
 SHORT = 40  # tokens of a short tool result (no room, over the cap): kept free for each call
 NOTE_ROOM = 48  # tokens kept for the note on calls left out
 SHOWN_ARGUMENTS = 1200  # characters: longer arguments are left out of the view (the longest
@@ -227,6 +230,18 @@ class Rounds:
         strip(data)
         data["usage"] = added(self.usages)
         return data
+
+
+def room_left(compiled: Compiled) -> int | None:
+    """Tokens a first recalled text could take under the budget (None: no budget known). The
+    compiler keeps RECALL_ROOM free when the tool goes with the view, so this is at least
+    USEFUL_ROOM unless the view needed the last resort. The tool is offered whenever the view
+    is folded all the same: a tool list that comes and goes changes the prompt's start (where
+    templates put tools), and the model server's cache would lose the whole prompt."""
+    if compiled.budget is None or compiled.state is None:
+        return None
+    view = math.ceil((compiled.state.view_tokens + REPLY_PRIMING) * compiled.factor)
+    return compiled.budget - view - OVERHEAD
 
 
 def folded(compiled: Compiled) -> bool:

@@ -137,3 +137,22 @@ def test_keep_window_yields_when_recent_outputs_alone_overflow():
     view = run(history, plan(budget)).view
     assert view[-2:] == history[-2:]
     assert COUNTER.count_messages(view) <= budget
+
+
+def test_a_cut_latest_user_message_uses_the_room_left():
+    """A paste far over a small budget keeps as much of its head as fits, not a few lines."""
+    paste = "\n".join(
+        f"line {i}: the service retried after a cache warning {i * 7}" for i in range(300)
+    )
+    history = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "assistant", "content": "Which log?"},
+        {"role": "user", "content": "Here:\n" + paste},
+    ]
+    p = plan(900)
+    result = run(history, p)
+    latest = result.view[-1]["content"]
+    used = sum(COUNTER.count_message(m) for m in result.view) + 3
+    assert used <= 900 and used >= 900 - 40  # the room is used, within a line's worth
+    assert latest.startswith("Here:\nline 0:") and latest.endswith(paste[-20:])

@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.errors import ContextLengthExceeded
-from proxy.exchange.compile import compile_request
+from proxy.exchange.compile import RECALL_ROOM, compile_request
 from proxy.exchange.tokens import TokenCounter
+from proxy.recall import rounds
+from proxy.recall import tool as recall
 from proxy.settings import CompactionSettings
 from strategies.base import PROMPT_ROLES, canonical_json, iterations
 from strategies.forms import folded_output, folded_user, skeleton
@@ -19,6 +21,9 @@ from strategies.pipeline import request_points
 from strategies.traceback import elided
 
 COUNTER = TokenCounter()
+# Tokens beyond what must stay that a view may still hold at the deepest level below the last
+# resort (the working set folded to its evidence, the forget marker, a step kept for roles).
+SLACK = 2500
 WORDS = [
     "error",
     "ok",
@@ -203,3 +208,36 @@ def test_any_session_compiles_turn_by_turn_to_valid_requests_within_budget(
         assert canonical_json(again.messages) == canonical_json(view)
         event("compacted" if fired else "unchanged")
         prior, previous = result.state, view
+
+
+def must_stay_raw(msgs: list[dict]) -> int:
+    """What no step below the last resort cuts, as sent: prompts, task, latest user message
+    and the latest turn."""
+    last = final_turn(msgs)
+    users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
+    keep = {i for i, m in enumerate(msgs) if m.get("role") in PROMPT_ROLES}
+    keep |= set(users[:1] + users[-1:]) | set(range(len(msgs) - last, len(msgs)))
+    return sum(COUNTER.count_message(msgs[i]) for i in keep)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=history(), window=st.integers(3000, 40_000))
+def test_a_step_leaves_room_for_a_recalled_excerpt(msgs, window):
+    """With the recall tool offered, a view holding folds always leaves a recalled excerpt
+    room (no call is told "no room"), unless what must stay, as sent, nearly fills the
+    budget."""
+    settings_ = CompactionSettings()
+    prior = None
+    for end in request_points(msgs)[1:]:
+        body = recall.with_tool({"messages": msgs[:end], "max_tokens": 256})
+        try:
+            result = compile_request(
+                body, window=window, settings=settings_, counter=COUNTER, prior=prior
+            )
+        except ContextLengthExceeded:
+            return
+        prior = result.state
+        slack = result.budget - must_stay_raw(msgs[:end]) - RECALL_ROOM
+        if rounds.folded(result) and slack > SLACK:
+            assert (rounds.room_left(result) or 0) >= rounds.USEFUL_ROOM, slack
+            event("offered with folds")
