@@ -229,10 +229,16 @@ def misleading_session(seed: int, turns: int = 150) -> tuple[list[dict], list[st
     for n in range(turns - 3):
         cmd, out = rng.choice(_READS) if n % 3 else ("python -m pytest -q", _passing(rng))
         msgs += _step(n, cmd, out, rng)
-    msgs += _step(turns - 3, "python -m pytest -q tests", PYTEST_REPORT + "\nexit code: 1", rng)
-    msgs += _step(turns - 2, "python scripts/issue_invoices.py", CRASH + "\nexit code: 1", rng)
-    grep = 'grep -rn "ERROR" /usr/lib/python3.11/logging/__init__.py'
-    msgs += _step(turns - 1, grep, LOGGING_GREP, rng)
+    # Sized so that the last three steps alone pass a 4k window: -v lines before the report,
+    # progress lines before the crash, and a grep over logging's whole package.
+    passed = "\n".join(f"tests/test_totals.py::test_total_{i} PASSED" for i in range(120))
+    report = f"{passed}\n{PYTEST_REPORT}\nexit code: 1"
+    msgs += _step(turns - 3, "python -m pytest -v tests", report, rng)
+    progress = "\n".join(f"INFO issued invoice INV-{1000 + i} for customer {i}" for i in range(90))
+    crash = f"{progress}\n{CRASH}\nexit code: 1"
+    msgs += _step(turns - 2, "python scripts/issue_invoices.py", crash, rng)
+    grep = 'grep -rn "ERROR" /usr/lib/python3.11/logging/'
+    msgs += _step(turns - 1, grep, "\n".join([LOGGING_GREP] * 8), rng)
     return msgs, MISLEADING_PROBES
 
 

@@ -162,7 +162,7 @@ HEADLINE = re.compile(
     r"| - error TS\d+: |^\s*--- FAIL: |undefined reference to "
 )
 LOCATION = re.compile(
-    r'^\s*File ".*", line \d+|^[\w./\\-]+\.py:\d+: \w+$|^\s*--> \S+:\d+|^\S.*\.[cm]?[jt]sx?:\d+$'
+    r'^\s*File ".*", line \d+|^\s*--> \S+:\d+|^\S.*\.[cm]?[jt]sx?:\d+$'
     r"|^\s+at .*:\d+:\d+\)?$|required from here$|^\s+\S+_test\.go:\d+: |^(?:FAILED|ERROR|FAIL) \S"
     r"|^make(?:\[\d+\])?: \*\*\* "
 )

@@ -113,13 +113,21 @@ def kind_of(sentence: str, role: str) -> str | None:
 
 
 def fact_key(sentence: str) -> str | None:
-    """The subject of "X is Y" / "X = Y" / "X: Y" when Y holds a concrete value."""
-    m = FACT.match(sentence.strip().rstrip("."))
-    if m is None or not CONCRETE.search(m["value"]) or len(m["key"].split()) > 6:
+    """The subject of "X is Y" / "X = Y" / "X: Y" when Y holds a concrete value. A short lead
+    before a colon ("Update: the port is now 6432") is not the subject."""
+    s = sentence.strip().rstrip(".")
+    lead, _, rest = s.partition(": ")
+    if rest and len(lead.split()) <= 3 and (key := _fact_key(rest)):
+        return key
+    return _fact_key(s)
+
+
+def _fact_key(s: str) -> str | None:
+    m = FACT.match(s)
+    if m is None or not CONCRETE.search(m["value"]):
         return None
-    key = _ARTICLE.sub("", m["key"].strip().lower())
-    key = _ARTICLE.sub("", key).strip()
-    return key or None
+    key = _ARTICLE.sub("", _ARTICLE.sub("", m["key"].strip().lower())).strip()
+    return key if key and len(key.split()) <= 6 else None
 
 
 def sentences(text: str) -> list[str]:
@@ -188,6 +196,7 @@ class Entry:
     index: int
     kind: str  # the most binding kind among what the entry carries
     text: str
+    short: str  # its statements alone, the form it takes when room runs short
 
 
 def entries(raw: Sequence[Message], forgotten: Sequence[int]) -> list[Entry]:
@@ -204,10 +213,12 @@ def entries(raw: Sequence[Message], forgotten: Sequence[int]) -> list[Entry]:
             text = _user_form(raw[i], stale)
             if text:
                 kinds = [st.kind for st in found] or ["message"]
-                out.append(Entry(i, max(kinds, key=ORDER.index), f"user: {text}"))
+                short = " ".join(st.text for st in found) if found else text
+                kind = max(kinds, key=ORDER.index)
+                out.append(Entry(i, kind, f"user: {text}", f"user: {short}"))
         else:
             role = "tool" if raw[i].get("role") == "tool" else "assistant"
-            out.extend(Entry(i, st.kind, f"{role}: {st.text}") for st in found)
+            out.extend(Entry(i, st.kind, *[f"{role}: {st.text}"] * 2) for st in found)
     return out
 
 
@@ -239,18 +250,26 @@ def render(
     all_entries = entries(raw, forgotten)
     if not all_entries or cap <= 0:
         return ""
-    lines = {e: size(f"- {e.text}") + 1 for e in all_entries}
-    kept = list(all_entries)
-    total = sum(lines.values()) + size(HEADING + " (0000 left out for room)")
-    for kind in (*ORDER, None):
-        for e in [e for e in kept if kind is None or e.kind == kind]:
+    lines = {e.text: size(f"- {e.text}") + 1 for e in all_entries}
+    lines.update({e.short: size(f"- {e.short}") + 1 for e in all_entries})
+    kept = {e.index * 1000 + n: e for n, e in enumerate(all_entries)}  # oldest first
+    form = {k: e.text for k, e in kept.items()}
+    total = sum(lines[t] for t in form.values()) + size(HEADING + " (0000 left out for room)")
+    # Chat with no statement leaves first, then the rest of a message beside its statements,
+    # then statements by kind, the least binding and oldest first.
+    for stage in ("message", "short", *ORDER[1:], "any"):
+        for k in [k for k, e in kept.items() if stage in (e.kind, "short", "any")]:
             if total <= cap:
                 break
-            kept.remove(e)
-            total -= lines[e]
-    return _text(kept, len(all_entries)) if kept else ""
+            if stage == "short":
+                total += lines[kept[k].short] - lines[form[k]]
+                form[k] = kept[k].short
+            else:
+                total -= lines[form.pop(k)]
+                del kept[k]
+    return _text(list(form.values()), len(all_entries)) if form else ""
 
 
-def _text(kept: list[Entry], total: int) -> str:
+def _text(kept: list[str], total: int) -> str:
     left = f" ({total - len(kept)} left out for room)" if total > len(kept) else ""
-    return "\n".join([HEADING + left, *(f"- {e.text}" for e in kept)])
+    return "\n".join([HEADING + left, *(f"- {text}" for text in kept)])
