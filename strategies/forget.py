@@ -216,7 +216,9 @@ def _ledger_cap(ctx: Context, kept: list[Message] | None = None) -> int:
 
 
 def _text_tokens(ctx: Context) -> Callable[[str], int]:
-    return lambda text: ctx.count({"role": "assistant", "content": text}) if text else 0
+    """A text's tokens, less what any message costs (the ledger is summed line by line)."""
+    empty = ctx.count({"role": "assistant", "content": ""})
+    return lambda text: max(ctx.count({"role": "assistant", "content": text}) - empty, 1)
 
 
 def _cap(ctx: Context) -> int:

@@ -52,8 +52,8 @@ PREFERENCE = re.compile(
     re.IGNORECASE,
 )
 DECISION = re.compile(
-    r"\b(?:we|i|let'?s|let us)(?: have)?(?: (?:will|'ll|shall))? (?:decided?|chose|choose|"
-    r"go(?:ing)? with|settled? on|pick(?:ed)?|switch(?:ed)? to|use|'ll use)\b|^decision:",
+    r"\b(?:we|i|let'?s|let us)(?: have)?(?:'ll| will| shall)? (?:decided?|chose|choose|"
+    r"go(?:ing)? with|settled? on|pick(?:ed)?|switch(?:ed)? to|use)\b|^decision:",
     re.IGNORECASE,
 )
 # An imperative: the sentence opens with a bare verb (no subject before it).
