@@ -44,6 +44,7 @@ SEPARATOR = "\n\n"  # between a merged marker and its host's own text
 KEY_ARGS = ("path", "file_path", "filename", "file", "cmd", "command", "query", "pattern", "url")
 ARG_CHARS = 60
 LEDGER_SHARE = 0.2  # of the budget, at most, for what the forgotten turns said
+LEDGER_SLACK = 8  # tokens: a ledger measured line by line may count a little under its join
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def drop_oldest(
     lineage.forget(raw_dropped)
     kept = [m for i, m in enumerate(view) if i not in dropped]
     if marker:
-        kept = _place_marker(kept, lineage, ctx)
+        kept = _with_ledger(kept, lineage, ctx)
         grown = ctx.usage(kept) - ctx.usage([m for i, m in enumerate(view) if i not in dropped])
         if grown > room and ctx.usage(kept) > ctx.target and reserve is None:
             # The marker came out longer than the room kept for it: choose again, once.
@@ -206,13 +207,24 @@ def _reserve(ctx: Context, lineage: Lineage) -> int:
     return _cap(ctx) // 4 + size(carried) + 16
 
 
-def _ledger_cap(ctx: Context, kept: list[Message] | None = None) -> int:
-    """The ledger's room in tokens: `ledger_share` of the budget, and never more than the
-    budget leaves beside what stays and the marker's head (so it never causes a refusal)."""
-    cap = ledger.cap_tokens(ctx.budget, float(ctx.option("ledger_share", LEDGER_SHARE)))
-    if kept is None:
-        return cap
-    return max(0, min(cap, ctx.budget - ctx.usage(kept) - _cap(ctx) // 3 - 16))
+def _ledger_cap(ctx: Context) -> int:
+    """The ledger's room in tokens: `ledger_share` of the budget."""
+    return ledger.cap_tokens(ctx.budget, float(ctx.option("ledger_share", LEDGER_SHARE)))
+
+
+def _with_ledger(kept: list[Message], lineage: Lineage, ctx: Context) -> list[Message]:
+    """The marker placed with its ledger, within what the budget leaves beside the marker's
+    head and what stays, so the ledger never makes a request fail; without it if even a
+    measured ledger comes out over (token counts of lines and of their join can differ)."""
+    forgotten = sorted(lineage.forgotten)
+    head = marker_text(lineage.raw, forgotten, _cap(ctx))
+    bare = _place_marker(list(kept), lineage, ctx, head)
+    room = min(_ledger_cap(ctx), ctx.budget - ctx.usage(bare) - LEDGER_SLACK)
+    carried = ledger.render(lineage.raw, forgotten, room, _text_tokens(ctx))
+    if not carried:
+        return bare
+    full = _place_marker(list(kept), lineage, ctx, f"{head}\n{carried}")
+    return full if ctx.usage(full) <= ctx.budget else bare
 
 
 def _text_tokens(ctx: Context) -> Callable[[str], int]:
@@ -238,16 +250,14 @@ def _without_marker(view: list[Message], lineage: Lineage) -> list[Message]:
     return out
 
 
-def _place_marker(kept: list[Message], lineage: Lineage, ctx: Context) -> list[Message]:
+def _place_marker(
+    kept: list[Message], lineage: Lineage, ctx: Context, text: str
+) -> list[Message]:
     """Put the marker where the first forgotten block was, without changing the latest turn
     and without two messages of one role in a row: led into the next assistant message, else
     into the nearest earlier one, else standing alone, else after the task's own text."""
     first = max(lineage.forgotten)
     at = next((k for k, m in enumerate(kept) if lineage.index(m) > first), len(kept))
-    carried = ledger.render(
-        lineage.raw, sorted(lineage.forgotten), _ledger_cap(ctx, kept), _text_tokens(ctx)
-    )
-    text = marker_text(lineage.raw, sorted(lineage.forgotten), _cap(ctx), carried)
     iters = iterations(kept)
     latest = iters[-1] if iters else -1
     users = [k for k, m in enumerate(kept) if m.get("role") == "user"]
@@ -306,11 +316,9 @@ def _unmerged(msg: Message, lineage: Lineage) -> Message:
     return raw if base == raw else lineage.derive(base, raw, "tiered:3")
 
 
-def marker_text(
-    raw: Sequence[Message], forgotten: Sequence[int], cap: int, carried: str = ""
-) -> str:
-    """What was left out and how to get it back, within `cap` characters, then the ledger of
-    what it said (`carried`, rendered within its own cap)."""
+def marker_text(raw: Sequence[Message], forgotten: Sequence[int], cap: int) -> str:
+    """What was left out and how to get it back, within `cap` characters (the ledger follows
+    it, see _with_ledger)."""
     iters = iterations(raw)
     steps = sorted({iters[i] for i in forgotten})
     ranges = ", ".join(f"{a}-{b - 1}" if b - a > 1 else str(a) for a, b in runs(forgotten))
@@ -332,7 +340,7 @@ def marker_text(
     room = cap - len(head) - len(tail)
     if len(body) > room:
         body = body[: max(room - 1, 0)] + "…"
-    return head + body + tail + ("\n" + carried if carried else "")
+    return head + body + tail
 
 
 def _calls(messages: Iterable[Message]) -> dict[str, list[str]]:
