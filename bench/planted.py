@@ -78,7 +78,7 @@ def _answer(rng: random.Random) -> str:
 
 def _positions(rng: random.Random, turns: int) -> list[int]:
     """Turns at which the statements after the first are planted, then the updates."""
-    spots = sorted(rng.sample(range(2, turns - 12), len(PLANTED) - 1 + len(UPDATES)))
+    spots = sorted(rng.sample(range(2, turns - 2), len(PLANTED) - 1 + len(UPDATES)))
     return spots
 
 
