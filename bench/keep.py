@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--agent-windows", default="4096,8192")
     ap.add_argument("--peers", default="litellm", help="comma list, or '' for none")
     ap.add_argument("--methods", default="default,sliding_window")
+    ap.add_argument("--sessions", default="chat,agentic,misleading")
     args = ap.parse_args(argv)
     runs, notes, workers = quality.methods(
         [p for p in args.peers.split(",") if p], install=False
@@ -96,11 +97,14 @@ def main(argv: list[str] | None = None) -> None:
     wanted = args.methods.split(",") + list(notes)
     runs = {k: v for k, v in runs.items() if k in wanted}
     try:
-        for title, sessions, windows in (
-            ("Planted statements, chat-only", planted(args.seeds, False), args.windows),
-            ("Planted statements, agentic", planted(args.seeds, True), args.windows),
-            ("Misleading ERROR/FAILED words, agent", misleading(args.seeds), args.agent_windows),
-        ):
+        for kind, title, sessions, windows in (
+            ("chat", "Planted statements, chat-only", planted(args.seeds, False), args.windows),
+            ("agentic", "Planted statements, agentic", planted(args.seeds, True), args.windows),
+            ("misleading", "Misleading ERROR/FAILED words, agent", misleading(args.seeds),
+             args.agent_windows),
+        ):  # fmt: skip
+            if kind not in args.sessions.split(","):
+                continue
             rows = [
                 score(sessions, name, method, int(w))
                 for w in windows.split(",")
