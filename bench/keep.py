@@ -91,9 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--methods", default="default,sliding_window")
     ap.add_argument("--sessions", default="chat,agentic,misleading")
     args = ap.parse_args(argv)
-    runs, notes, workers = quality.methods(
-        [p for p in args.peers.split(",") if p], install=False
-    )
+    runs, notes, workers = quality.methods([p for p in args.peers.split(",") if p], install=False)
     wanted = args.methods.split(",") + list(notes)
     runs = {k: v for k, v in runs.items() if k in wanted}
     try:
@@ -115,7 +113,6 @@ def main(argv: list[str] | None = None) -> None:
         for w in workers:
             w.close()
     print("peers:", notes)
-
 
 
 if __name__ == "__main__":

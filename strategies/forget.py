@@ -250,9 +250,7 @@ def _without_marker(view: list[Message], lineage: Lineage) -> list[Message]:
     return out
 
 
-def _place_marker(
-    kept: list[Message], lineage: Lineage, ctx: Context, text: str
-) -> list[Message]:
+def _place_marker(kept: list[Message], lineage: Lineage, ctx: Context, text: str) -> list[Message]:
     """Put the marker where the first forgotten block was, without changing the latest turn
     and without two messages of one role in a row: led into the next assistant message, else
     into the nearest earlier one, else standing alone, else after the task's own text."""
