@@ -425,6 +425,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="1 variant, 2 BFCL tasks, 4k only")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="planted and misleading sessions only")
+    argv = sys.argv[1:] if argv is None else argv
+    if "--keep" in argv:  # bench/keep.py: what the last view keeps of statements and evidence
+        from bench import keep
+
+        keep.main([a for a in argv if a != "--keep"])
+        return {}
     args = ap.parse_args(argv)
     if args.quick:
         args.variants, args.bfcl, args.budgets = 1, 2, "4000"

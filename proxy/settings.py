@@ -74,6 +74,7 @@ class TieredSettings(_Strict):
 class ForgetSettings(_Strict):
     keep_recent: int = Field(2, ge=0)
     keep_first: float = Field(0.2, ge=0, lt=1)
+    ledger_share: float = Field(0.2, ge=0, le=0.5)  # of the budget, for what forgotten turns said
 
 
 class FoldSettings(_Strict):

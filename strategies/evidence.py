@@ -163,10 +163,13 @@ HEADLINE = re.compile(
     r"| - error TS\d+: |^\s*--- FAIL: |undefined reference to "
 )
 LOCATION = re.compile(
-    r'^\s*File ".*", line \d+|^[\w./\\-]+\.py:\d+: \w+$|^\s*--> \S+:\d+|^\S.*\.[cm]?[jt]sx?:\d+$'
+    r'^\s*File ".*", line \d+|^\s*--> \S+:\d+|^\S.*\.[cm]?[jt]sx?:\d+$'
     r"|^\s+at .*:\d+:\d+\)?$|required from here$|^\s+\S+_test\.go:\d+: |^(?:FAILED|ERROR|FAIL) \S"
     r"|^make(?:\[\d+\])?: \*\*\* "
 )
+# pytest's `E` lines (the assertion and the exception raised) and an exception line named by
+# its class alone (`decimal.InvalidOperation: ...`, which EXC_LINE's suffixes do not cover).
+ASSERTION = re.compile(r"^E\s+\S|^(?:[a-z_]\w*\.)*[A-Z]\w*(?::\s.*)?$")
 TRAILER = re.compile(r"^error: (?:aborting due to|could not compile)")
 # Carets, gutters and rules say nothing on their own; runtime-internal frames rarely help.
 NOISE = re.compile(r"^[\s|^~+\-_=.]*$|^\s+at .*(?:\(node:internal/|\(native\)$)")
@@ -176,7 +179,7 @@ def _tier(line: str) -> int:
     bare = _E_PREFIX.sub("", line)
     if TRAILER.match(line) or NOISE.match(line):
         return 3
-    if EXC_LINE.match(bare.strip()) or HEADLINE.search(line):
+    if EXC_LINE.match(bare.strip()) or HEADLINE.search(line) or ASSERTION.match(line):
         return 0
     return 1 if LOCATION.search(line) else 2
 
@@ -206,3 +209,13 @@ def ranked(lines: Lines) -> list[int]:
 def bears_evidence(text: str) -> bool:
     """Whether any line of the text starts an evidence block. Cached: asked on every compaction."""
     return any(r.start.search(line) for line in text.split("\n") for r in RULES)
+
+
+STRUCTURAL = tuple(r for r in RULES if r.family != "log")
+
+
+@text_cache()
+def bears_failure(text: str) -> bool:
+    """Whether the text holds a failure by its structure (a traceback, a panic, a compiler
+    diagnostic, a failing-test report), not a log-level word alone."""
+    return any(r.start.search(line) for line in text.split("\n") for r in STRUCTURAL)

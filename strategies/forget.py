@@ -3,21 +3,23 @@
 An iteration (an assistant message with all its tool results, or a user turn) goes as one
 block, so tool calls stay paired. Never forgotten: the prompts, the task (first user message),
 the latest user message, the latest iteration and the keep window; below FORGET_ANY also the
-first steps (`keep_first`) and the user's own messages; below LAST_RESORT the working set.
-The marker says what was left out (how many messages and steps, which tools with their key
-arguments, which history positions) and how to get it back. It sits where the newest
-forgotten block was, led into the assistant message that follows (or standing alone as an
-assistant message between two user turns), so no role sequence appears that the client did
-not send. `sliding_window` is the same selection without marker, head or working set.
+first steps (`keep_first`); below LAST_RESORT the working set. The marker says what was left
+out (how many messages and steps, which tools with their key arguments, which history
+positions) and how to get it back, then carries the ledger (strategies/ledger.py): the
+forgotten user messages and the statements the session depends on, verbatim. It sits where
+the newest forgotten block was, led into the assistant message that follows (or standing alone
+as an assistant message between two user turns), so no role sequence appears that the client
+did not send. `sliding_window` is the same selection without marker, head or working set.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import groupby
 
+from strategies import ledger
 from strategies.base import (
     FORGET_ANY,
     LAST_RESORT,
@@ -41,6 +43,8 @@ LABEL = "forget"
 SEPARATOR = "\n\n"  # between a merged marker and its host's own text
 KEY_ARGS = ("path", "file_path", "filename", "file", "cmd", "command", "query", "pattern", "url")
 ARG_CHARS = 60
+LEDGER_SHARE = 0.2  # of the budget, at most, for what the forgotten turns said
+LEDGER_SLACK = 8  # tokens: a ledger measured line by line may count a little under its join
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def drop_oldest(
     view = _without_marker(messages, lineage) if marker else list(messages)
     held = set(working_set(view, ctx)) if marker else set()
     units = _units(view, ctx, held, marker)
-    room = (_reserve(ctx) if reserve is None else reserve) if marker else 0
+    room = (_reserve(ctx, lineage) if reserve is None else reserve) if marker else 0
     dropped = _choose(view, units, held, ctx, room)
     for _ in range(3):  # a block brought back to keep roles alternating stays; choose again
         back = _keep_roles_alternating(view, units, dropped, lineage.raw)
@@ -82,7 +86,7 @@ def drop_oldest(
     lineage.forget(raw_dropped)
     kept = [m for i, m in enumerate(view) if i not in dropped]
     if marker:
-        kept = _place_marker(kept, lineage, ctx)
+        kept = _with_ledger(kept, lineage, ctx)
         grown = ctx.usage(kept) - ctx.usage([m for i, m in enumerate(view) if i not in dropped])
         if grown > room and ctx.usage(kept) > ctx.target and reserve is None:
             # The marker came out longer than the room kept for it: choose again, once.
@@ -156,7 +160,6 @@ def _units(view: list[Message], ctx: Context, held: set[int], marker: bool) -> l
             and it <= last - ctx.keep_recent()
             and not protected.intersection(idx)
             and not keep.intersection(idx)
-            and not (early and view[idx[0]].get("role") == "user")
             and not any(view[i].get("role") in PROMPT_ROLES for i in idx)
         )
         units.append(Unit(idx[0], idx[-1] + 1, droppable))
@@ -196,9 +199,38 @@ def _clash(a: Message, b: Message) -> bool:
 # --- the marker -------------------------------------------------------------------------------
 
 
-def _reserve(ctx: Context) -> int:
-    """Tokens kept free for the marker while choosing what to drop."""
-    return _cap(ctx) // 4 + 16
+def _reserve(ctx: Context, lineage: Lineage) -> int:
+    """Tokens kept free for the marker while choosing what to drop: its head, and its ledger
+    as it stands (a marker that comes out longer makes the choice run once more)."""
+    size = _text_tokens(ctx)
+    carried = ledger.render(lineage.raw, sorted(lineage.forgotten), _ledger_cap(ctx), size)
+    return _cap(ctx) // 4 + size(carried) + 16
+
+
+def _ledger_cap(ctx: Context) -> int:
+    """The ledger's room in tokens: `ledger_share` of the budget."""
+    return ledger.cap_tokens(ctx.budget, float(ctx.option("ledger_share", LEDGER_SHARE)))
+
+
+def _with_ledger(kept: list[Message], lineage: Lineage, ctx: Context) -> list[Message]:
+    """The marker placed with its ledger, within what the budget leaves beside the marker's
+    head and what stays, so the ledger never makes a request fail; without it if even a
+    measured ledger comes out over (token counts of lines and of their join can differ)."""
+    forgotten = sorted(lineage.forgotten)
+    head = marker_text(lineage.raw, forgotten, _cap(ctx))
+    bare = _place_marker(list(kept), lineage, ctx, head)
+    room = min(_ledger_cap(ctx), ctx.budget - ctx.usage(bare) - LEDGER_SLACK)
+    carried = ledger.render(lineage.raw, forgotten, room, _text_tokens(ctx))
+    if not carried:
+        return bare
+    full = _place_marker(list(kept), lineage, ctx, f"{head}\n{carried}")
+    return full if ctx.usage(full) <= ctx.budget else bare
+
+
+def _text_tokens(ctx: Context) -> Callable[[str], int]:
+    """A text's tokens, less what any message costs (the ledger is summed line by line)."""
+    empty = ctx.count({"role": "assistant", "content": ""})
+    return lambda text: max(ctx.count({"role": "assistant", "content": text}) - empty, 1)
 
 
 def _cap(ctx: Context) -> int:
@@ -218,13 +250,12 @@ def _without_marker(view: list[Message], lineage: Lineage) -> list[Message]:
     return out
 
 
-def _place_marker(kept: list[Message], lineage: Lineage, ctx: Context) -> list[Message]:
+def _place_marker(kept: list[Message], lineage: Lineage, ctx: Context, text: str) -> list[Message]:
     """Put the marker where the first forgotten block was, without changing the latest turn
     and without two messages of one role in a row: led into the next assistant message, else
     into the nearest earlier one, else standing alone, else after the task's own text."""
     first = max(lineage.forgotten)
     at = next((k for k, m in enumerate(kept) if lineage.index(m) > first), len(kept))
-    text = marker_text(lineage.raw, sorted(lineage.forgotten), _cap(ctx))
     iters = iterations(kept)
     latest = iters[-1] if iters else -1
     users = [k for k, m in enumerate(kept) if m.get("role") == "user"]
@@ -284,7 +315,8 @@ def _unmerged(msg: Message, lineage: Lineage) -> Message:
 
 
 def marker_text(raw: Sequence[Message], forgotten: Sequence[int], cap: int) -> str:
-    """What was left out and how to get it back, within `cap` characters."""
+    """What was left out and how to get it back, within `cap` characters (the ledger follows
+    it, see _with_ledger)."""
     iters = iterations(raw)
     steps = sorted({iters[i] for i in forgotten})
     ranges = ", ".join(f"{a}-{b - 1}" if b - a > 1 else str(a) for a, b in runs(forgotten))

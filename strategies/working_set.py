@@ -1,8 +1,11 @@
 """The working set: what the next step most likely needs, kept even when it is not recent.
 
-The newest tool output that carries error evidence (a traceback, a compiler error) and the
-newest one that lists failing tests. Deeper folds and forgetting leave them alone until the
-budget leaves no other choice.
+The newest output of a command that failed (a traceback, a compiler diagnostic, a non-zero
+exit) and the newest one that reports failing tests. Which outputs qualify is decided by their
+structure and by the call that produced them: what a read, a grep or a listing showed is never
+the working set, whatever words the file held, and a log-level word alone makes nothing an
+error. Deeper folds and forgetting leave the working set alone until the budget leaves no
+other choice.
 """
 
 from __future__ import annotations
@@ -11,12 +14,20 @@ import re
 from collections.abc import Sequence
 
 from strategies.base import Context, Message, text_of
-from strategies.evidence import bears_evidence
+from strategies.calls import calls_by_id, is_viewing
+from strategies.evidence import bears_failure
 from strategies.memo import text_cache
 
 FAILING_TESTS = re.compile(
-    r"^(?:FAILED|ERROR) \S|^\s*--- FAIL: |^test \S+ \.\.\. FAILED$|^\s+[✕×] |^FAIL\s+\S",
+    r"^(?:FAILED|ERROR) \S+(?:::| - )|^\s*--- FAIL: |^test \S+ \.\.\. FAILED$|^\s+[✕×] "
+    r"|^FAIL\s+\S|^=+ .*\b\d+ (?:failed|errors?)\b.* =+$",
     re.MULTILINE,
+)
+# How runners and agent CLIs report a command's non-zero exit status.
+NONZERO_EXIT = re.compile(
+    r"\b(?:exit(?:ed)?(?: with)? (?:code|status)|exit_code|return ?code|returncode)[\"']?"
+    r"\s*[:=]?\s*[\"']?(?:[1-9]\d*|-\d+)\b",
+    re.IGNORECASE,
 )
 
 
@@ -25,19 +36,28 @@ def lists_failing_tests(text: str) -> bool:
     return FAILING_TESTS.search(text) is not None
 
 
+@text_cache()
+def is_error_output(text: str) -> bool:
+    """A traceback, a panic, a compiler or test failure, or a reported non-zero exit."""
+    return bears_failure(text) or NONZERO_EXIT.search(text[-400:]) is not None
+
+
 def working_set(messages: Sequence[Message], ctx: Context) -> list[int]:
     """Indexes of the newest error output and the newest failing-test list (one or two)."""
     found: dict[str, int] = {}
+    calls = calls_by_id(messages)
     for i in range(len(messages) - 1, -1, -1):
         if len(found) == 2:
             break
         if messages[i].get("role") != "tool":
             continue
+        if is_viewing(calls.get(str(messages[i].get("tool_call_id")))):
+            continue  # content shown, not a run's outcome
         raw = ctx.lineage.origin(messages[i]) if ctx.lineage else messages[i]
         text = text_of(raw)
         if not text:
             continue
-        if "error" not in found and bears_evidence(text):
+        if "error" not in found and is_error_output(text):
             found["error"] = i
         if "tests" not in found and lists_failing_tests(text):
             found["tests"] = i

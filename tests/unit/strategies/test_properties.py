@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.errors import ContextLengthExceeded
@@ -14,11 +15,14 @@ from proxy.exchange.tokens import TokenCounter
 from proxy.recall import rounds
 from proxy.recall import tool as recall
 from proxy.settings import CompactionSettings
-from strategies.base import PROMPT_ROLES, canonical_json, iterations
+from strategies import ledger
+from strategies.base import PROMPT_ROLES, Context, Lineage, canonical_json, iterations, recall_ref
+from strategies.calls import calls_by_id, is_viewing
 from strategies.forms import folded_output, folded_user, skeleton
 from strategies.invariants import final_turn, kept_in_latest, pairing_problems
 from strategies.pipeline import request_points
 from strategies.traceback import elided
+from strategies.working_set import is_error_output, working_set
 
 COUNTER = TokenCounter()
 # Tokens beyond what must stay that a view may still hold at the deepest level below the last
@@ -241,3 +245,116 @@ def test_a_step_leaves_room_for_a_recalled_excerpt(msgs, window):
         if rounds.folded(result) and slack > SLACK:
             assert (rounds.room_left(result) or 0) >= rounds.USEFUL_ROOM, slack
             event("offered with folds")
+
+
+# --- what compaction keeps, by what it is --------------------------------------------------
+
+SAYINGS = [
+    "Never touch the prod database.",
+    "The port is 5433.",
+    "The port is now 6432.",
+    "Keep modules under 300 lines.",
+    "How does this work?",
+    "I prefer tabs.",
+    "thanks",
+    "データベースのポートは 5433 です。",
+    "Our goal is v2 by May 3.",
+    "x" * 700,  # a paste
+]
+
+
+@st.composite
+def chat(draw) -> list[dict]:
+    msgs: list[dict] = [{"role": "user", "content": "task"}]
+    for n in range(draw(st.integers(1, 40))):
+        said = " ".join(draw(st.lists(st.sampled_from(SAYINGS), min_size=1, max_size=3)))
+        msgs.append({"role": "assistant", "content": draw(text) + f" answer {n} " + "w " * 60})
+        msgs.append({"role": "user", "content": said})
+    return msgs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=chat(), forgotten=st.data(), cap=st.integers(0, 3000))
+def test_the_ledger_never_grows_past_its_cap(msgs, forgotten, cap):
+    picked = forgotten.draw(st.sets(st.integers(1, len(msgs) - 1)))
+    carried = ledger.render(msgs, sorted(picked), cap)
+    assert len(carried) <= cap
+    assert carried == ledger.render(copy.deepcopy(msgs), sorted(picked), cap)  # same bytes
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking a session takes minutes
+)
+@given(msgs=chat(), window=st.integers(1500, 6000))
+def test_user_messages_are_never_forgotten_only_counted_when_no_room_is_left(msgs, window):
+    """Each user message's text (or its fold) is in the view, or the ledger counts it as left
+    out for room; never silently gone."""
+    settings_ = CompactionSettings()
+    prior = None
+    for end in request_points(msgs):
+        body = {"messages": msgs[:end]}
+        result = compile_request(
+            body, window=window, settings=settings_, counter=COUNTER, prior=prior
+        )
+        prior = result.state
+    seen = " ".join(" ".join(str(m.get("content")) for m in result.messages).split())
+    absent = [i for i, m in enumerate(msgs) if m["role"] == "user" and not _carried(msgs, i, seen)]
+    left = re.search(r"\((\d+) left out for room\)", seen)
+    if left is None and ledger.HEADING not in seen:
+        # No room for any ledger (the budget is full): the marker still counts them.
+        left = re.search(r"User messages among them: (\d+)", seen)
+    assert len(absent) <= (int(left.group(1)) if left else 0), [msgs[i] for i in absent]
+
+
+def _carried(msgs: list[dict], i: int, seen: str) -> bool:
+    """The message whole, or as the ledger carries it (less a value a newer one replaced, or
+    its statements alone), or folded (its recall pointer)."""
+    carried = ledger.entries(msgs, [i])
+    if not carried:
+        return True  # every statement in it was replaced by a newer value
+    forms = [msgs[i]["content"], recall_ref(msgs[i])]
+    forms += [f for e in carried for f in (e.text, e.short)]
+    return any(" ".join(f.removeprefix("user: ").split()) in seen for f in forms)
+
+
+COMMANDS = [
+    ("bash", "cat app.log"), ("bash", "grep -rn ERROR src"), ("bash", "sed -n 1,9p x.py"),
+    ("bash", "git diff"), ("Read", "x.py"), ("Grep", "FAILED"),
+    ("bash", "python -m pytest"), ("bash", "python run.py"), ("bash", "make"),
+]  # fmt: skip
+OUTPUTS = [
+    TRACE,
+    "FAILED tests/test_a.py::test_x - AssertionError\n=== 1 failed in 0.1s ===",
+    "2024 ERROR worker lost\nFATAL: stop",
+    "all good",
+    "Process exited with code 1",
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(COMMANDS), st.sampled_from(OUTPUTS)), max_size=12))
+def test_the_working_set_is_never_a_content_viewing_output(steps):
+    msgs: list[dict] = [{"role": "user", "content": "task"}]
+    for n, ((name, arg), out) in enumerate(steps):
+        args = json.dumps({"command": arg} if name == "bash" else {"path": arg})
+        call = {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": args}}
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": out},
+        ]
+    context = Context(4000, 2000, COUNTER.count_message, lineage=Lineage(msgs))
+    calls = calls_by_id(msgs)
+    for i in working_set(msgs, context):
+        assert not is_viewing(calls[msgs[i]["tool_call_id"]])
+    ran = [
+        i
+        for i, m in enumerate(msgs)
+        if m["role"] == "tool"
+        and not is_viewing(calls[m["tool_call_id"]])
+        and is_error_output(m["content"])
+    ]
+    if ran:  # the newest run that failed is held, whatever was read after it
+        assert ran[-1] in working_set(msgs, context)
