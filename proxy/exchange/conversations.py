@@ -33,6 +33,7 @@ MIN_QUOTED = 64  # characters at least, so a short new chat never joins an older
 SESSIONS = 256  # recent fingerprint sessions remembered per process
 LINES = 20_000  # lines remembered per session (the newest)
 SKIPPED = ("system", "developer")  # prompts, not the conversation itself
+Said = tuple[Any, int, str]  # a message of the conversation: role, identity (`_identity`), text
 
 
 @dataclass
@@ -62,22 +63,20 @@ class Conversations:
         if key.source != "fingerprint":
             return key
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        said = _said(messages)
         home = self.continues.get(key.id)
         if home is None and key.id not in self.lines:
-            side = self._carried_on(messages, key.owner)
-            if side is not None:
+            side = self._carried_on(said, key.owner)
+            if side is None and (home := self._continuing(said, key.owner)) is None:
+                side = None if body.get("tools") else self._quoted(said, key.owner)
+            if side is not None:  # a request about the conversation, not a turn of it
                 return SessionKey(side, "side", key.owner)
-            home = self._continuing(messages, key.owner)
-            if home is None and not body.get("tools"):
-                side = self._quoted(messages, key.owner)
-                if side is not None:
-                    return SessionKey(side, "side", key.owner)
             if home is not None:
                 self._remember(key.id, home)
         if home is not None and home in self.lines:
-            self._index(home, messages)
+            self._index(home, messages, said)
             return SessionKey(home, "continued", key.owner)
-        self._index(key.id, messages)
+        self._index(key.id, messages, said)
         return key
 
     def answered(
@@ -99,19 +98,17 @@ class Conversations:
         history.length, history.chars = history.length + 1, history.chars + len(text)
         history.answered = True
 
-    def _carried_on(self, messages: list[dict[str, Any]], owner: str | None) -> str | None:
+    def _carried_on(self, said: list[Said], owner: str | None) -> str | None:
         """The session whose conversation this one carries on under another system prompt
         (Qwen Code's memory subagent resends the conversation itself): its first message."""
-        said = [m for m in messages if m.get("role") not in SKIPPED]
-        identity, text = _identity(said[0]) if said else (0, "")
-        if len(text) < MIN_QUOTED:
+        if not said or len(said[0][2]) < MIN_QUOTED:
             return None
-        return next((s for s in self._recent(owner) if identity in self.seen[s]), None)
+        return next((s for s in self._recent(owner) if said[0][1] in self.seen[s]), None)
 
-    def _continuing(self, messages: list[dict[str, Any]], owner: str | None) -> str | None:
+    def _continuing(self, said: list[Said], owner: str | None) -> str | None:
         """The session whose whole latest history this request resends after its first
         user message (a continued run), if any."""
-        chains = _chains(messages)[0]
+        chains = _chains(said)[0]
         for session in self._recent(owner):
             history = self.histories.get(session)
             if history is None or history.chars < MIN_QUOTED or history.length >= len(chains):
@@ -120,12 +117,12 @@ class Conversations:
                 return session
         return None
 
-    def _quoted(self, messages: list[dict[str, Any]], owner: str | None) -> str | None:
+    def _quoted(self, said: list[Said], owner: str | None) -> str | None:
         """The one session whose lines make up most of these messages' text, if any."""
-        said = [line for m in messages if m.get("role") not in SKIPPED for line in _split(_text(m))]
-        total = sum(len(line) for line in said) or 1
+        lines = [line for _, _, text in said for line in _split(text)]
+        total = sum(len(line) for line in lines) or 1
         quoted: dict[str, int] = {}
-        for line in dict.fromkeys(said):
+        for line in dict.fromkeys(lines):
             for session in self.where.get(hash(line), ()):
                 quoted[session] = quoted.get(session, 0) + len(line)
         mine = {s: n for s, n in quoted.items() if _owned(s, owner)}
@@ -142,18 +139,17 @@ class Conversations:
         while len(self.continues) > self.max_sessions:
             self.continues.popitem(last=False)
 
-    def _index(self, session: str, messages: list[dict[str, Any]]) -> None:
+    def _index(self, session: str, messages: list[dict[str, Any]], said: list[Said]) -> None:
         self.lines.setdefault(session, {})
         self.lines.move_to_end(session)
-        if any(m.get("role") == "user" for m in messages):
-            chains, chars = _chains(messages)
-            last = _identity(messages[-1])[0]
+        if any(role == "user" for role, _, _ in said):
+            chains, chars = _chains(said)
+            last = said[-1][1] if messages[-1].get("role") not in SKIPPED else 0
             self.histories[session] = History(len(chains) - 1, chains[-1], chars, last)
         # Agents rewrite their histories (aider moves finished exchanges ahead of its file
         # messages): index every message not indexed before, not only the tail.
-        for m in messages:
-            if m.get("role") not in SKIPPED:
-                self._add_text(session, *_identity(m))
+        for _, identity, text in said:
+            self._add_text(session, identity, text)
         while len(self.lines) > self.max_sessions:
             self._forget(next(iter(self.lines)))
 
@@ -190,15 +186,17 @@ class Conversations:
                 del self.where[h]
 
 
-def _chains(messages: list[dict[str, Any]]) -> tuple[list[int], int]:
+def _said(messages: list[dict[str, Any]]) -> list[Said]:
+    """The conversation, prompts aside: each message's role, identity and text."""
+    return [(m.get("role"), *_identity(m)) for m in messages if m.get("role") not in SKIPPED]
+
+
+def _chains(said: list[Said]) -> tuple[list[int], int]:
     """Chained hashes of the conversation after the first user message (`chains[n]` covers
     its first n messages, `chains[0]` none), and its length in characters."""
-    first = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages))
+    first = next((i for i, (role, _, _) in enumerate(said) if role == "user"), len(said))
     chains, chars = [0], 0
-    for m in messages[first + 1 :]:
-        if m.get("role") in SKIPPED:
-            continue
-        identity, text = _identity(m)
+    for _, identity, text in said[first + 1 :]:
         chains.append(hash((chains[-1], identity)))
         chars += len(text)
     return chains, chars
