@@ -1,22 +1,28 @@
-"""Side requests an agent makes about its own conversation join that conversation's session.
+"""One conversation, one session: continuations and side requests join the session they belong to.
 
 A client without a session header is placed by its history's fingerprint
-(proxy/exchange/identify.py).
-Agents also send one-off requests about the conversation they are in: aider summarises its
-own chat history, Qwen Code runs a memory subagent over it, other clients ask for a title.
-Such a request begins differently (its own system prompt, the history quoted inside one
-message), so its fingerprint is new. It is told by what it holds: a request that would open a
-new fingerprint session and either carries on a recent session's conversation (its first
-message, at least 64 characters, is one of that session's) or, offering no tools, is mostly
-text already seen in one recent session's messages, is a side request of that session.
+(proxy/exchange/identify.py). Two kinds of request get a new fingerprint and still belong to a
+conversation already under way, and are told by what they hold, not by a keyword:
 
-The index is per process, of the most recent sessions, and rebuilt as requests arrive: after
-a restart, or on another worker, a side request opens a session of its own as before.
+- a **continuation** (`qwen -c`) resends the whole earlier conversation after a first message
+  rebuilt for the new run (Qwen Code's holds the directory tree, which changes between runs):
+  its messages after the first user message begin with a recent session's latest history after
+  its own first user message, the recorded answer included, at least 64 characters of it. It
+  joins that session, and so do the rest of its run's requests (its fingerprint is remembered).
+- a **side request** the agent makes about its own conversation: it carries it on under another
+  system prompt (its first message, at least 64 characters, is one of a recent session's: Qwen
+  Code's memory subagent), or, offering no tools, is mostly text already seen in one recent
+  session's requests and answers (aider's history summaries, title requests).
+
+Everything is scoped by the client key. The index is per process, of the most recent sessions,
+and rebuilt as requests arrive: after a restart, or on another worker, such a request opens a
+session of its own as before.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.exchange.identify import SessionKey
@@ -26,91 +32,151 @@ QUOTED = 0.5  # share of a side request's text that must be lines of the one con
 MIN_QUOTED = 64  # characters at least, so a short new chat never joins an older one
 SESSIONS = 256  # recent fingerprint sessions remembered per process
 LINES = 20_000  # lines remembered per session (the newest)
+SKIPPED = ("system", "developer")  # prompts, not the conversation itself
+Said = tuple[Any, int, str]  # a message of the conversation: role, identity (`_identity`), text
+
+
+@dataclass
+class History:
+    """A session's latest conversation after its first user message, as one chained hash."""
+
+    length: int  # messages
+    chain: int  # the chained hash of those messages (see `_chains`)
+    chars: int  # their text's length: a continuation must resend something substantial
+    last: int  # the request's last message: an answer to it extends this history
+    answered: bool = False
 
 
 class Conversations:
-    """Recent fingerprint sessions and the lines of their messages, to place side requests."""
+    """Recent fingerprint sessions: their histories, and the lines of their messages."""
 
     def __init__(self, sessions: int = SESSIONS, lines: int = LINES) -> None:
         self.max_sessions, self.max_lines = sessions, lines
         self.lines: OrderedDict[str, dict[int, None]] = OrderedDict()  # session -> line hashes
-        self.seen: dict[str, set[int]] = {}  # session -> its messages' texts, hashed
+        self.seen: dict[str, set[int]] = {}  # session -> its messages, hashed (`_identity`)
         self.where: dict[int, set[str]] = {}  # line hash -> sessions holding it
+        self.histories: dict[str, History] = {}
+        self.continues: OrderedDict[str, str] = OrderedDict()  # fingerprint -> its session
 
     def place(self, key: SessionKey, body: dict[str, Any]) -> SessionKey:
-        """`key`, or the session this side request is about; the request's lines are indexed."""
+        """`key`, or the session this request continues or is about; the request is indexed."""
         if key.source != "fingerprint":
             return key
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-        if key.id not in self.lines:
-            home = self._continued(messages, key.owner)
-            if home is None and not body.get("tools"):
-                home = self._quoted(messages, key.owner)
+        said = _said(messages)
+        home = self.continues.get(key.id)
+        if home is None and key.id not in self.lines:
+            side = self._carried_on(said, key.owner)
+            if side is None and (home := self._continuing(said, key.owner)) is None:
+                side = None if body.get("tools") else self._quoted(said, key.owner)
+            if side is not None:  # a request about the conversation, not a turn of it
+                return SessionKey(side, "side", key.owner)
             if home is not None:
-                return SessionKey(home, "side", key.owner)
-        self._index(key.id, messages)
+                self._remember(key.id, home)
+        if home is not None and home in self.lines:
+            self._index(home, messages, said)
+            return SessionKey(home, "continued", key.owner)
+        self._index(key.id, messages, said)
         return key
 
-    def _continued(self, messages: list[dict[str, Any]], owner: str | None) -> str | None:
+    def answered(
+        self, session: str, messages: list[dict[str, Any]], answer: dict[str, Any] | None
+    ) -> None:
+        """The answer to a request of `session`: side requests quote it, a continuation
+        resends it after the history it answered."""
+        if session not in self.lines or not isinstance(answer, dict):
+            return
+        identity, text = _identity(answer)
+        self._add_text(session, identity, text)
+        history = self.histories.get(session)
+        # Only the answer to the session's latest request extends its history (not a side
+        # request's, placed in the same session, nor an earlier request's answered late).
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        if history is None or history.answered or _identity(last)[0] != history.last:
+            return
+        history.chain = hash((history.chain, identity))
+        history.length, history.chars = history.length + 1, history.chars + len(text)
+        history.answered = True
+
+    def _carried_on(self, said: list[Said], owner: str | None) -> str | None:
         """The session whose conversation this one carries on under another system prompt
         (Qwen Code's memory subagent resends the conversation itself): its first message."""
-        said = [m for m in messages if m.get("role") not in ("system", "developer")]
-        first = _text(said[0]) if said else ""
-        if len(first) < MIN_QUOTED:
+        if not said or len(said[0][2]) < MIN_QUOTED:
             return None
-        h = hash(first)
-        mine = (s for s in reversed(self.seen) if owner is None or s.startswith(owner + ":"))
-        return next((s for s in mine if h in self.seen[s]), None)
+        return next((s for s in self._recent(owner) if said[0][1] in self.seen[s]), None)
 
-    def _quoted(self, messages: list[dict[str, Any]], owner: str | None) -> str | None:
+    def _continuing(self, said: list[Said], owner: str | None) -> str | None:
+        """The session whose whole latest history this request resends after its first
+        user message (a continued run), if any."""
+        chains = _chains(said)[0]
+        for session in self._recent(owner):
+            history = self.histories.get(session)
+            if history is None or history.chars < MIN_QUOTED or history.length >= len(chains):
+                continue
+            if chains[history.length] == history.chain:
+                return session
+        return None
+
+    def _quoted(self, said: list[Said], owner: str | None) -> str | None:
         """The one session whose lines make up most of these messages' text, if any."""
-        said = [
-            line
-            for m in messages
-            if m.get("role") not in ("system", "developer")
-            for line in _lines(m)
-        ]
-        total = sum(len(line) for line in said) or 1
+        lines = [line for _, _, text in said for line in _split(text)]
+        total = sum(len(line) for line in lines) or 1
         quoted: dict[str, int] = {}
-        for line in dict.fromkeys(said):
+        for line in dict.fromkeys(lines):
             for session in self.where.get(hash(line), ()):
                 quoted[session] = quoted.get(session, 0) + len(line)
-        mine = {s: n for s, n in quoted.items() if owner is None or s.startswith(owner + ":")}
+        mine = {s: n for s, n in quoted.items() if _owned(s, owner)}
         best = max(mine, key=mine.__getitem__, default=None)
         if best is None or mine[best] < max(MIN_QUOTED, QUOTED * total):
             return None
         return best
 
-    def _index(self, session: str, messages: list[dict[str, Any]]) -> None:
-        lines = self.lines.setdefault(session, {})
+    def _recent(self, owner: str | None) -> list[str]:
+        return [s for s in reversed(self.lines) if _owned(s, owner)]
+
+    def _remember(self, fingerprint: str, home: str) -> None:
+        self.continues[fingerprint] = home
+        while len(self.continues) > self.max_sessions:
+            self.continues.popitem(last=False)
+
+    def _index(self, session: str, messages: list[dict[str, Any]], said: list[Said]) -> None:
+        self.lines.setdefault(session, {})
         self.lines.move_to_end(session)
+        if any(role == "user" for role, _, _ in said):
+            chains, chars = _chains(said)
+            last = said[-1][1] if messages[-1].get("role") not in SKIPPED else 0
+            self.histories[session] = History(len(chains) - 1, chains[-1], chars, last)
         # Agents rewrite their histories (aider moves finished exchanges ahead of its file
         # messages): index every message not indexed before, not only the tail.
-        done = self.seen.setdefault(session, set())
-        for m in messages:
-            if m.get("role") not in ("user", "assistant", "tool"):
-                continue
-            text = _text(m)
-            if hash(text) in done:
-                continue
-            done.add(hash(text))
-            for line in _split(text):
-                self._add(session, lines, hash(line))
+        for _, identity, text in said:
+            self._add_text(session, identity, text)
         while len(self.lines) > self.max_sessions:
-            old, hashes = self.lines.popitem(last=False)
-            self.seen.pop(old, None)
-            for h in hashes:
-                self._drop(old, h)
+            self._forget(next(iter(self.lines)))
 
-    def _add(self, session: str, lines: dict[int, None], h: int) -> None:
-        if h in lines:
+    def _add_text(self, session: str, identity: int, text: str) -> None:
+        done = self.seen.setdefault(session, set())
+        if identity in done:
             return
-        lines[h] = None
-        self.where.setdefault(h, set()).add(session)
-        if len(lines) > self.max_lines:  # the oldest line goes
-            oldest = next(iter(lines))
-            del lines[oldest]
-            self._drop(session, oldest)
+        done.add(identity)
+        lines = self.lines[session]
+        for line in _split(text):
+            h = hash(line)
+            if h in lines:
+                continue
+            lines[h] = None
+            self.where.setdefault(h, set()).add(session)
+            if len(lines) > self.max_lines:  # the oldest line goes
+                oldest = next(iter(lines))
+                del lines[oldest]
+                self._drop(session, oldest)
+
+    def _forget(self, session: str) -> None:
+        for h in self.lines.pop(session):
+            self._drop(session, h)
+        self.seen.pop(session, None)
+        self.histories.pop(session, None)
+        for fingerprint in [f for f, s in self.continues.items() if s == session]:
+            del self.continues[fingerprint]
 
     def _drop(self, session: str, h: int) -> None:
         holders = self.where.get(h)
@@ -118,6 +184,36 @@ class Conversations:
             holders.discard(session)
             if not holders:
                 del self.where[h]
+
+
+def _said(messages: list[dict[str, Any]]) -> list[Said]:
+    """The conversation, prompts aside: each message's role, identity and text."""
+    return [(m.get("role"), *_identity(m)) for m in messages if m.get("role") not in SKIPPED]
+
+
+def _chains(said: list[Said]) -> tuple[list[int], int]:
+    """Chained hashes of the conversation after the first user message (`chains[n]` covers
+    its first n messages, `chains[0]` none), and its length in characters."""
+    first = next((i for i, (role, _, _) in enumerate(said) if role == "user"), len(said))
+    chains, chars = [0], 0
+    for _, identity, text in said[first + 1 :]:
+        chains.append(hash((chains[-1], identity)))
+        chars += len(text)
+    return chains, chars
+
+
+def _identity(message: dict[str, Any]) -> tuple[int, str]:
+    """A message's hash by what a client resends of it (role, text, tool calls), and its text
+    with the calls' names and arguments: clients resend ids and spacing as they like."""
+    text = _text(message)
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                arguments = "".join(str(function.get("arguments")).split())
+                text += f"\n{function.get('name')}({arguments})"
+    return hash((message.get("role"), text)), text
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -132,5 +228,5 @@ def _split(text: str) -> list[str]:
     return [s for line in text.splitlines() if len(s := line.strip()) >= MIN_LINE]
 
 
-def _lines(message: dict[str, Any]) -> list[str]:
-    return _split(_text(message))
+def _owned(session: str, owner: str | None) -> bool:
+    return owner is None or session.startswith(owner + ":")

@@ -1,7 +1,9 @@
 """Which session a request belongs to: header, path prefix, body field, or history fingerprint.
 
-A fingerprint session is named by the leading messages (system prompt and first user message),
-so an unmodified agent's turns land in one session. Two conversations that share those leading
+A fingerprint session is named by the leading messages (the system and developer messages before
+the conversation starts, and the first user message), so an unmodified agent's turns land in one
+session; a system message later in the history (a reminder that changes between turns) does
+not count. Two conversations that share those leading
 messages, or a client that rewinds or edits its history, share the session but not the history:
 the store keeps histories as a tree and branches at the first message that differs, so nothing
 stored is ever rewritten.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Any
 
 from proxy.errors import BadRequest
@@ -54,7 +57,7 @@ def _identify(header: str | None, path: str | None, body: dict[str, Any]) -> Ses
 
 
 def fingerprint(messages: list[dict[str, Any]]) -> str:
-    lead = [m for m in messages if m.get("role") in ("system", "developer")]
+    lead = list(takewhile(lambda m: m.get("role") in ("system", "developer"), messages))
     first_user = next((m for m in messages if m.get("role") == "user"), None)
     return _digest(canonical_json([lead, first_user]))
 

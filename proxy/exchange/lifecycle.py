@@ -463,6 +463,8 @@ class Turn:
             recalls=self.rounds.records if self.rounds else None,
             sent_usage=sent_usage,
         )
+        if status < 400 and not partial:  # later requests resend or quote it (conversations.py)
+            self.services.conversations.answered(self.ref.session_id, self.messages, response)
         observe.exchange_finished(self, status, now, first, response, partial, error)
 
     async def finish_from_data(self, status: int, data: dict[str, Any]) -> None:

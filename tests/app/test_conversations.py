@@ -15,6 +15,8 @@ from proxy.testing.servers import ServerThread
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "aider_0.86.2_requests.json"
 AIDER = json.loads(FIXTURE.read_text())["requests"]
+AIDER_ONCE = json.loads((FIXTURE.parent / "aider_0.86.2_one_exchange.json").read_text())
+QWEN_CONTINUED = json.loads((FIXTURE.parent / "qwen_code_0.24.4_continued.json").read_text())
 TASK = "Fix the failing test in the parser module, it raises on empty input."
 ANSWER = "The parser indexes tokens[0] before checking that there are any tokens at all."
 
@@ -109,3 +111,91 @@ def test_a_new_run_with_another_task_is_not_a_continuation() -> None:
     main = place(c, chat("You are a coding agent.", long_task, ANSWER, tools=[{"t": 1}]))
     other = chat("Another agent's prompt.", long_task.replace("parser", "lexer"), tools=[{"t": 1}])
     assert place(c, other).id != main.id
+
+
+def test_aider_summary_after_one_exchange_joins_it_by_the_recorded_answer() -> None:
+    """Most of the summary quotes the model's answer, which no request has held yet."""
+    run, summary = AIDER_ONCE["requests"]
+    c = Conversations()
+    main = place(c, run)
+    c.answered(main.id, run["messages"], AIDER_ONCE["answer"])
+    assert identify(None, None, summary).id != main.id
+    assert place(c, summary) == SessionKey(main.id, "side")
+
+
+def test_aider_summary_without_the_answer_recorded_is_not_enough() -> None:
+    run, summary = AIDER_ONCE["requests"]
+    c = Conversations()
+    place(c, run)
+    assert place(c, summary).source == "fingerprint"
+
+
+def test_qwen_code_continued_run_stays_in_its_session() -> None:
+    """`qwen -c` rebuilds its first message (the directory tree changed) and resends the rest."""
+    run, continued = QWEN_CONTINUED["requests"]
+    c = Conversations()
+    main = place(c, run)
+    c.answered(main.id, run["messages"], QWEN_CONTINUED["answer"])
+    assert identify(None, None, continued).id != main.id
+    assert place(c, continued) == SessionKey(main.id, "continued")
+    call = {"id": "c9", "type": "function", "function": {"name": "run_shell_command"}}
+    later = continued | {
+        "messages": continued["messages"]
+        + [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c9", "content": "3 passed"},
+        ]
+    }
+    assert place(c, later) == SessionKey(main.id, "continued")  # the whole continued run
+
+
+def test_a_history_that_is_not_the_whole_stored_one_is_no_continuation() -> None:
+    run, continued = QWEN_CONTINUED["requests"]
+    c = Conversations()
+    main = place(c, run)
+    c.answered(main.id, run["messages"], QWEN_CONTINUED["answer"])
+    messages = continued["messages"]
+    edited = [*messages[:5], {**messages[5], "content": "other output"}, *messages[6:]]
+    assert place(c, continued | {"messages": edited}).id != main.id
+    forked = messages[:8] + [{"role": "user", "content": "Now do something else entirely."}]
+    assert place(c, continued | {"messages": forked}).id != main.id
+
+
+def test_a_continuation_joins_only_a_session_of_its_own_client_key() -> None:
+    run, continued = QWEN_CONTINUED["requests"]
+    c = Conversations()
+    main = place(c, run, owner="kA")
+    c.answered(main.id, run["messages"], QWEN_CONTINUED["answer"])
+    assert place(c, continued, owner="kB").id.startswith("kB:")
+    assert place(c, continued, owner="kA").id == main.id
+
+
+def test_a_side_requests_answer_does_not_extend_the_history() -> None:
+    """aider's summary is answered in the run's session; a continuation resends the run's."""
+    long_task = TASK + " Keep the public API as it is and add a regression test for it."
+    c = Conversations()
+    main = place(c, chat("You are a coding agent.", long_task))
+    summary = chat("Summarise.", f"# USER\n{long_task}")
+    assert place(c, summary).id == main.id
+    c.answered(main.id, summary["messages"], {"role": "assistant", "content": "I asked you " * 9})
+    c.answered(main.id, chat("x", long_task)["messages"], {"role": "assistant", "content": ANSWER})
+    again = chat("You are a coding agent.", long_task + " (again)", ANSWER, "Go on.")
+    assert place(c, again) == SessionKey(main.id, "continued")
+
+
+def test_a_one_exchange_run_continued_through_the_proxy_is_one_session(
+    proxy: ServerThread, script: Script
+) -> None:
+    """The answer the proxy recorded is what the continuation resends after its first message."""
+    task = "Fix the failing test in the parser module; it raises IndexError on an empty input."
+    first = chat("You are a coding agent.", task) | {"model": "echo"}
+    r = httpx.post(proxy.url + "/v1/chat/completions", json=first, timeout=30)
+    assert r.status_code == 200, r.text
+    answer = r.json()["choices"][0]["message"]["content"]
+    continued = chat("You are a coding agent.", task + "\n(cwd: /repo, 3 files)", answer, "Go on.")
+    again = httpx.post(
+        proxy.url + "/v1/chat/completions", json=continued | {"model": "echo"}, timeout=30
+    )
+    assert again.status_code == 200, again.text
+    assert again.headers["x-ctxproxy-session"] == r.headers["x-ctxproxy-session"]
+    assert httpx.get(proxy.url + "/sessions").json()["total"] == 1

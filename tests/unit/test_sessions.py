@@ -44,3 +44,17 @@ def test_bad_header_id_is_400_odd_user_is_hashed() -> None:
         identify("has space", None, {"messages": [TASK]})
     key = identify(None, None, {"messages": [TASK], "user": "Jane Doe <jane@x>"})
     assert key.source == "body" and key.id.startswith("u-")
+
+
+def test_a_system_message_later_in_the_history_does_not_move_the_session() -> None:
+    """Only the leading system prompt names a fingerprint session: a reminder mid-way may change."""
+    answer = {"role": "assistant", "content": "ok"}
+
+    def turn(reminder: str) -> dict:
+        note = {"role": "system", "content": reminder}
+        return {"messages": [SYS, TASK, answer, note, {"role": "user", "content": "go on"}]}
+
+    first, second = identify(None, None, turn("3 files")), identify(None, None, turn("4 files"))
+    assert first == second == identify(None, None, {"messages": [SYS, TASK]})
+    other = identify(None, None, {"messages": [{"role": "system", "content": "be long"}, TASK]})
+    assert other != first
