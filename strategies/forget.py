@@ -72,13 +72,13 @@ def drop_oldest(
     room = (_reserve(ctx, lineage) if reserve is None else reserve) if marker else 0
     dropped = _choose(view, units, held, ctx, room)
     for _ in range(3):  # a block brought back to keep roles alternating stays; choose again
-        back = _keep_roles_alternating(view, units, dropped, lineage.raw)
+        back = _keep_roles_alternating(view, units, dropped, lineage.raw, ctx)
         if not back or ctx.measure(sum(ctx.count(view[i]) for i in range(len(view))
                                        if i not in dropped) + room) <= ctx.target:  # fmt: skip
             break
         units = [replace(u, droppable=False) if u.start in back else u for u in units]
         dropped = _choose(view, units, held, ctx, room)
-    _keep_roles_alternating(view, units, dropped, lineage.raw)
+    _keep_roles_alternating(view, units, dropped, lineage.raw, ctx)
     if not dropped:
         return list(messages), []
     raw_dropped = [lineage.index(view[i]) for i in sorted(dropped)]
@@ -167,12 +167,17 @@ def _units(view: list[Message], ctx: Context, held: set[int], marker: bool) -> l
 
 
 def _keep_roles_alternating(
-    view: list[Message], units: list[Unit], dropped: set[int], sent: Sequence[Message]
+    view: list[Message],
+    units: list[Unit],
+    dropped: set[int],
+    sent: Sequence[Message],
+    ctx: Context,
 ) -> set[int]:
-    """Bring back the block after a kept message wherever dropping would put two user (or two
-    assistant) messages next to each other, until every junction is one the client sent (a
-    client that sends two user messages in a row has no use for this)."""
-    by_start = {u.start: u for u in units}
+    """Bring back the cheapest dropped block that mends a junction wherever dropping would put
+    two user (or two assistant) messages next to each other, until every junction is one the
+    client sent (a client that sends two user messages in a row has no use for this). The
+    cheapest, not the oldest: one step between the task and a large latest message may be all
+    that fits."""
     allowed = {a.get("role") for a, b in zip(sent, sent[1:], strict=False) if _clash(a, b)}
     back: set[int] = set()
     changed = True
@@ -182,13 +187,26 @@ def _keep_roles_alternating(
         for a, b in zip(kept, kept[1:], strict=False):
             if b == a + 1 or not _clash(view[a], view[b]) or view[a].get("role") in allowed:
                 continue
-            unit = by_start.get(a + 1)
+            unit = _bridge(view, units, a, b, ctx)
             if unit is not None:
                 dropped.difference_update(range(unit.start, unit.stop))
                 back.add(unit.start)
                 changed = True
                 break
     return back
+
+
+def _bridge(view: list[Message], units: list[Unit], a: int, b: int, ctx: Context) -> Unit | None:
+    """The cheapest block between kept messages `a` and `b` that, brought back alone, clashes
+    with neither (the oldest among equals)."""
+    fits = [
+        u
+        for u in units
+        if a < u.start and u.stop <= b
+        and not _clash(view[a], view[u.start]) and not _clash(view[u.stop - 1], view[b])
+    ]  # fmt: skip
+    return min(fits, key=lambda u: sum(ctx.count(view[i]) for i in range(u.start, u.stop)),
+               default=None)  # fmt: skip
 
 
 def _clash(a: Message, b: Message) -> bool:

@@ -6,7 +6,7 @@ import copy
 import json
 import re
 
-from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 
 from proxy.errors import ContextLengthExceeded
@@ -151,7 +151,53 @@ def most_compact(msgs: list[dict]) -> int:
     return total
 
 
+def _calls(n: int, k: int, cmd: str, depth: int) -> dict:
+    args = json.dumps({"cmd": cmd, "path": "src/" + "d/" * depth})
+    function = {"name": "run", "arguments": args}
+    calls = [{"id": f"call_{n}_{i}", "type": "function", "function": function} for i in range(k)]
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
+def _out(n: int, k: int, content: object) -> dict:
+    return {"role": "tool", "tool_call_id": f"call_{n}_{k}", "content": content}
+
+
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+SEE = {"role": "user", "content": [{"type": "text", "text": "see"}, IMAGE]}
+PART = "読み込み失敗 None 连接数据库 🙂 error é"
+LINES = (
+    "00008660024000040006000500009070060016000030010000080996000000040806002000000280"
+    "40000479034000009070900720080000908605240000000000006000000000000086000600007000"
+    "00400607440000006953090002070041000000008660005001018000200020200001070013900308"
+    "6004090081886114664892032441476982269232512221178018459062772610519"
+)  # the log's words, as indexes into WORDS
+# Found by this test: a large latest user message (an image) leaves room for one cheap step
+# between it and the task; forget brought back the oldest step (300 tokens) instead of the
+# cheapest (a 16-token answer) and the turn was refused.
+IMAGE_AFTER_STEPS = [
+    {"role": "user", "content": "task"},
+    _calls(0, 3, " ".join(["error"] * 5), 52),
+    _out(0, 0, "error error"),
+    _out(0, 1, "error"),
+    _out(0, 2, "error" * 5711),
+    {"role": "assistant", "content": " ".join(["error"] * 12)},
+    SEE,
+    _calls(3, 1, "", 56),
+    _out(3, 0, ""),
+    _calls(4, 3, "", 59),
+    _out(4, 0, "error error error error"),
+    _out(4, 2, "\n".join([f"{WORDS[int(k)]} step {i}" for i, k in enumerate(LINES)] + [TRACE])),
+    _out(4, 1, [{"type": "text", "text": PART}, {"type": "text", "text": "更多"}]),
+    SEE,
+    _calls(6, 1, "", 56),
+    _out(6, 0, "データ" * 500),
+]
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(
+    msgs=IMAGE_AFTER_STEPS, window=1500, pipeline=["traceback", "tiered", "forget"], keep_recent=0
+)
 @given(
     msgs=history(),
     window=st.integers(1500, 40_000),
