@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import groupby
+from typing import Any
 
 from strategies.base import (
     FORGET_ANY,
@@ -272,6 +273,7 @@ def _unmerged(msg: Message, lineage: Lineage) -> Message:
     if raw.get("role") == "user":
         return raw  # the task, which only had the marker after its own text
     content = msg.get("content")
+    rest: Any
     if isinstance(content, list):
         rest = content[1:]
     elif isinstance(content, str) and SEPARATOR in content:
@@ -314,7 +316,9 @@ def _calls(messages: Iterable[Message]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for msg in messages:
         for call in tool_calls(msg):
-            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            fn = call.get("function")
+            if not isinstance(fn, dict):
+                fn = {}
             out.setdefault(str(fn.get("name", "?")), []).append(_key_arg(fn.get("arguments")))
     return out
 

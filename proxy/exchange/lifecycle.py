@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx
@@ -31,7 +31,7 @@ from proxy.exchange.compile import (
     compile_request,
     message_budget,
 )
-from proxy.exchange.identify import identify
+from proxy.exchange.identify import SessionKey, identify
 from proxy.exchange.prepare import prepare
 from proxy.exchange.relay import relay
 from proxy.formats.chat_stream import MAX_CHOICES
@@ -42,12 +42,17 @@ from proxy.observe.timing import Timing
 from proxy.recall import rounds
 from proxy.recall import tool as recall
 from proxy.recall.rounds import Rounds, folded
+from proxy.settings import Upstream
 from proxy.store import RequestRef
 from proxy.store.states import Decisions, Prior
 from proxy.store.store import hash_messages
 from proxy.upstream import answers
 from proxy.upstream import send as up
 from proxy.upstream.overflow import Overflow, parse_overflow
+
+if TYPE_CHECKING:  # both import this module
+    from proxy.app import Services
+    from proxy.exchange.wire import Wire
 
 log = logging.getLogger("ctxproxy.exchange")
 T = TypeVar("T")
@@ -56,9 +61,9 @@ T = TypeVar("T")
 async def run(
     request: Request,
     body: dict[str, Any],
-    services: Any,
+    services: Services,
     session: str | None,
-    wire: Any = None,
+    wire: Wire | None = None,
 ) -> Response:
     """One chat exchange: identify, store, compile the view, forward, relay, record.
 
@@ -75,9 +80,9 @@ async def run(
 async def _exchange(
     request: Request,
     body: dict[str, Any],
-    services: Any,
+    services: Services,
     session: str | None,
-    wire: Any,
+    wire: Wire | None,
     timing: Timing,
 ) -> Response:
     # The wire shape checked; `sendable` is what is compiled and sent (repaired, if the policy
@@ -136,7 +141,7 @@ async def _exchange(
 async def _send_fitted(
     request: Request,
     turn: Turn,
-    upstream: Any,
+    upstream: Upstream,
     send: Callable[..., Awaitable[httpx.Response]],
     bodies: tuple[dict[str, Any], dict[str, Any]],
     compiled: Compiled,
@@ -178,7 +183,7 @@ async def _unless_gone(request: Request, turn: Turn, work: Awaitable[T]) -> T:
         raise
 
 
-async def _read_checked(r: httpx.Response, turn: Turn, upstream: Any, stream: bool) -> None:
+async def _read_checked(r: httpx.Response, turn: Turn, upstream: Upstream, stream: bool) -> None:
     """Read the whole answer; one cut short, stalled or not a completion closes the record."""
     try:
         await up.read(r, upstream)
@@ -188,7 +193,7 @@ async def _read_checked(r: httpx.Response, turn: Turn, upstream: Any, stream: bo
         raise
 
 
-async def _overflow_of(r: httpx.Response, turn: Turn, upstream: Any) -> Overflow | None:
+async def _overflow_of(r: httpx.Response, turn: Turn, upstream: Upstream) -> Overflow | None:
     if r.status_code < 400:
         return None
     await _read_checked(r, turn, upstream, False)
@@ -198,7 +203,7 @@ async def _overflow_of(r: httpx.Response, turn: Turn, upstream: Any) -> Overflow
 class Turn:
     """One exchange's record: written before forwarding, completed when the answer ends."""
 
-    def __init__(self, services: Any, timing: Timing, upstream: str, model: str):
+    def __init__(self, services: Services, timing: Timing, upstream: str, model: str):
         self.services = services
         self.upstream, self.model = upstream, model
         self.store = services.store
@@ -261,7 +266,7 @@ class Turn:
         return compiled
 
     def outgoing(
-        self, upstream: Any, plain: dict[str, Any], counted: dict[str, Any], compiled: Compiled
+        self, upstream: Upstream, plain: dict[str, Any], counted: dict[str, Any], compiled: Compiled
     ) -> dict[str, Any]:
         """What to send: with the recall tool when the view holds anything folded or left out,
         and an answer length that fits what the window has left."""
@@ -300,7 +305,7 @@ class Turn:
         )
 
     async def fit(
-        self, upstream: Any, body: dict[str, Any], window: int | None, factor: float
+        self, upstream: Upstream, body: dict[str, Any], window: int | None, factor: float
     ) -> Compiled:
         """Compile; in exact mode, recount with the upstream's tokenizer and refit if needed."""
         compiled = await self.compile(body, window, factor)
@@ -325,7 +330,7 @@ class Turn:
         return compiled
 
     async def forward(
-        self, upstream: Any, body: dict[str, Any], compiled: Compiled
+        self, upstream: Upstream, body: dict[str, Any], compiled: Compiled
     ) -> httpx.Response:
         outgoing = {**body, "messages": compiled.messages}
         options = body.get("options")
@@ -390,7 +395,7 @@ class Turn:
 
     async def record(
         self,
-        key: Any,
+        key: SessionKey,
         body: dict[str, Any],
         upstream: str,
         compiled: Compiled | None,
@@ -439,7 +444,7 @@ class Turn:
         usage: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         first: float | None = None,
-        choices: list[dict[str, Any]] | None = None,
+        choices: Sequence[dict[str, Any] | None] | None = None,
     ) -> None:
         if self.ref is None:
             return

@@ -8,9 +8,9 @@ a round that ends in recall calls only is answered and followed by the next roun
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 import httpx
@@ -18,11 +18,16 @@ import httpx
 from proxy.errors import ProxyError, UpstreamInvalid, sse_error
 from proxy.exchange.progress import Progress
 from proxy.formats.chat_stream import StreamAssembler
+from proxy.recall.rounds import Rounds
 from proxy.recall.stream import StreamFilter
+from proxy.settings import Upstream
 from proxy.upstream import send as up
 
+if TYPE_CHECKING:  # it imports this module
+    from proxy.exchange.lifecycle import Turn
 
-async def relay(turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
+
+async def relay(turn: Turn, r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
     """The client's stream; `turn.finish` records the answer however the stream ends."""
     answer, first, status = StreamAssembler(), None, r.status_code
     progress = Progress(turn.store, turn.ref)
@@ -35,7 +40,7 @@ async def relay(turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[by
                 first = first or time.monotonic()
                 yield chunk
             current = None
-            if filt is not None and filt.going_on and answer.error is None:
+            if rounds is not None and filt is not None and filt.going_on and answer.error is None:
                 try:
                     await rounds.answer(filt.message(), filt.recall_calls())
                     filt.start_round()
@@ -62,11 +67,11 @@ async def relay(turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[by
 
 async def _round(
     r: httpx.Response,
-    upstream: Any,
+    upstream: Upstream,
     answer: StreamAssembler,
     progress: Progress,
     filt: StreamFilter | None,
-    rounds: Any,
+    rounds: Rounds | None,
 ) -> AsyncIterator[bytes]:
     """One upstream stream's events, as the client gets them."""
     async with aclosing(whole_events(r, upstream)) as events:
@@ -76,14 +81,16 @@ async def _round(
                 yield sse_error(ready)
                 return
             if filt is not None:
-                ready = filt.feed(ready, rounds.more)
+                ready = filt.feed(ready, rounds is not None and rounds.more)
             if ready:
                 yield await _relayed(ready, answer, progress, upstream)
             if answer.malformed is not None:
                 return
 
 
-async def whole_events(r: httpx.Response, upstream: Any) -> AsyncIterator[bytes | ProxyError]:
+async def whole_events(
+    r: httpx.Response, upstream: Upstream
+) -> AsyncGenerator[bytes | ProxyError, None]:
     """The upstream's events, whole, as each ends; at the stream's end what is left (the last
     event without its blank line); or, instead of the event it cut off, the error that ended
     the stream early."""
@@ -102,7 +109,7 @@ async def whole_events(r: httpx.Response, upstream: Any) -> AsyncIterator[bytes 
 
 
 async def _relayed(
-    chunk: bytes, answer: StreamAssembler, progress: Progress, upstream: Any
+    chunk: bytes, answer: StreamAssembler, progress: Progress, upstream: Upstream
 ) -> bytes:
     answer.feed(chunk)
     if answer.malformed is not None:

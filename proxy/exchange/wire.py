@@ -22,6 +22,7 @@ from proxy.formats.events import Assembler, relay_native
 from proxy.formats.groups import Conversion
 from proxy.formats.reminders import fold
 from proxy.formats.toolnames import REMOVED_KEY
+from proxy.settings import Upstream
 from proxy.upstream import send as up
 
 API_KEY = "ctxproxy_api"  # in the stored request: which API the exchange came in on
@@ -62,12 +63,12 @@ class Wire:
     def body(self) -> dict[str, Any]:
         return {**self.conversion.body, API_KEY: self.codec.api}
 
-    def serves_natively(self, upstream: Any) -> bool:
+    def serves_natively(self, upstream: Upstream) -> bool:
         known = (upstream.name, self.codec.api) not in self.fallbacks
         return known and upstream.native(self.codec.api)
 
     async def forward(
-        self, turn: Any, upstream: Any, body: dict[str, Any], compiled: Compiled
+        self, turn: exchange.Turn, upstream: Upstream, body: dict[str, Any], compiled: Compiled
     ) -> httpx.Response:
         # A view with anything folded goes translated, where ctxproxy can offer and answer
         # ctxproxy_recall (recall.translate); it stays folded, so a session switches once.
@@ -90,7 +91,7 @@ class Wire:
         return await turn.forward(upstream, chat, folded)
 
     async def _send_native(
-        self, turn: Any, upstream: Any, view: list[dict[str, Any]]
+        self, turn: exchange.Turn, upstream: Upstream, view: list[dict[str, Any]]
     ) -> httpx.Response:
         """The view in the API's own form; system messages after the first go as they came
         unless this upstream refused them once (then, and from then on, folded)."""
@@ -104,7 +105,9 @@ class Wire:
                 self.fallbacks.add(folding)
         return r
 
-    async def _post(self, turn: Any, upstream: Any, view: list[dict[str, Any]]) -> httpx.Response:
+    async def _post(
+        self, turn: exchange.Turn, upstream: Upstream, view: list[dict[str, Any]]
+    ) -> httpx.Response:
         outgoing = self._limited(self.codec.from_view(view, self.conversion), turn.limit)
         if not turn.services.settings.forward_client_identity:
             outgoing = without_identity(outgoing)
@@ -125,9 +128,9 @@ class Wire:
     async def answer(
         self,
         request: Request,
-        turn: Any,
+        turn: exchange.Turn,
         r: httpx.Response,
-        upstream: Any,
+        upstream: Upstream,
         headers: dict[str, str],
         stream: bool,
     ) -> Response:
@@ -148,9 +151,9 @@ class Wire:
     async def _whole(
         self,
         request: Request,
-        turn: Any,
+        turn: exchange.Turn,
         r: httpx.Response,
-        upstream: Any,
+        upstream: Upstream,
         headers: dict[str, str],
         stream: bool,
     ) -> Response:
@@ -189,7 +192,9 @@ class Wire:
             return content
         return json.dumps({**data, "id": self.conversion.answer_id}).encode()
 
-    def _stream(self, turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
+    def _stream(
+        self, turn: exchange.Turn, r: httpx.Response, upstream: Upstream
+    ) -> AsyncIterator[bytes]:
         if self.native:
             answer = self.codec.assembler()
             answer.our_id = self.conversion.answer_id
@@ -198,7 +203,9 @@ class Wire:
         chat = relay(turn, r, upstream)
         return self.codec.translate(chat, turn.model, estimate, self.conversion)
 
-    async def _read_native(self, r: httpx.Response, turn: Any, upstream: Any) -> None:
+    async def _read_native(
+        self, r: httpx.Response, turn: exchange.Turn, upstream: Upstream
+    ) -> None:
         try:
             await up.read(r, upstream)
             data = _json(r.content)

@@ -36,7 +36,7 @@ class _Translation(ChatTranslation):
         self.ended = False
 
     def start(self) -> bytes:
-        message = {
+        message: dict[str, Any] = {
             "id": "msg_" + uuid.uuid4().hex[:24],
             "type": "message",
             "role": "assistant",
@@ -75,7 +75,7 @@ class _Translation(ChatTranslation):
         out, fn = b"", call.get("function") or {}
         name = f"tool:{call.get('index', 0)}"
         if self.block != name:
-            block = {
+            block: dict[str, Any] = {
                 "type": "tool_use",
                 "id": call.get("id") or "toolu_" + uuid.uuid4().hex[:24],
                 "name": fn.get("name") or "",

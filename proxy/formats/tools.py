@@ -82,7 +82,7 @@ def anthropic_tool_choice(choice: Any) -> tuple[Any, bool | None]:
     kind = choice.get("type")
     if kind == "tool":
         return {"type": "function", "function": {"name": choice.get("name", "")}}, parallel
-    return {"auto": "auto", "any": "required", "none": "none"}.get(kind), parallel
+    return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind)), parallel
 
 
 def responses_tool_choice(choice: Any) -> Any:

@@ -12,12 +12,15 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strategies.base import CompactionEvent
+
+if TYPE_CHECKING:  # it imports this module
+    from proxy.exchange.lifecycle import Turn
 
 access_log = logging.getLogger("ctxproxy.access")
 
@@ -129,7 +132,7 @@ class Exchange:
 
 
 def exchange_finished(
-    turn: Any,
+    turn: Turn,
     status: int,
     now: float,
     first: float | None,
@@ -139,6 +142,8 @@ def exchange_finished(
 ) -> None:
     """Called by exchange.Turn.finish once the exchange is recorded: count it, log it."""
     sent, ref = turn.sent, turn.ref
+    if ref is None:  # only a recorded exchange finishes
+        return
     figures = sent or turn.refused  # a refused request's figures are what it needed
     x = Exchange(
         session=ref.session_id,

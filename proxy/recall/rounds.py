@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.concurrency import run_in_threadpool
@@ -18,8 +18,13 @@ from starlette.concurrency import run_in_threadpool
 from proxy.errors import UpstreamInvalid
 from proxy.exchange.compile import Compiled
 from proxy.recall import tool as recall
+from proxy.settings import Upstream
+from proxy.store import RequestRef
 from proxy.upstream import answers
 from proxy.upstream import send as up
+
+if TYPE_CHECKING:  # it imports this module, through the routes
+    from proxy.app import Services
 
 OVERHEAD = 32  # tokens of the assistant call and tool result wrapping a recalled text
 SHORT = 40  # tokens of a short tool result (no room, over the cap): kept free for each call
@@ -42,14 +47,14 @@ class Rounds:
 
     def __init__(
         self,
-        services: Any,
-        upstream: Any,
+        services: Services,
+        upstream: Upstream,
         body: dict[str, Any],
         compiled: Compiled,
         raw: list[dict[str, Any]],
         hashes: list[str],
         factor: float,
-        ref: Any = None,
+        ref: RequestRef | None = None,
     ) -> None:
         self.services, self.upstream = services, upstream
         self.body = body  # the client's request with the recall tool added
@@ -297,7 +302,9 @@ def _call_message(message: dict[str, Any], calls: list[dict[str, Any]]) -> dict[
 
 def _short(call: dict[str, Any]) -> dict[str, Any]:
     fn = call.get("function")
-    arguments = fn.get("arguments") if isinstance(fn, dict) else None
+    if not isinstance(fn, dict):
+        return call
+    arguments = fn.get("arguments")
     if not isinstance(arguments, str) or len(arguments) <= SHOWN_ARGUMENTS:
         return call
     left = json.dumps({"left_out": f"{len(arguments):,} characters of arguments"})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -232,7 +232,7 @@ class Store:
         usage: dict[str, Any] | None,
         error: dict[str, Any] | None,
         attempts: list[dict[str, Any]] | None = None,
-        choices: list[dict[str, Any]] | None = None,
+        choices: Sequence[dict[str, Any] | None] | None = None,
         recalls: list[dict[str, Any]] | None = None,
         sent_usage: dict[str, Any] | None = None,
     ) -> None:

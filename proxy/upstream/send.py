@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from json import dumps as json_dumps
 from typing import Any
 
@@ -230,7 +230,9 @@ async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
         yield sse_error(part) if isinstance(part, ProxyError) else part
 
 
-async def relay_parts(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes | ProxyError]:
+async def relay_parts(
+    r: httpx.Response, upstream: Upstream
+) -> AsyncGenerator[bytes | ProxyError, None]:
     """The upstream's bytes as they arrive, then the error that ended them early, if any."""
     size = 0
     try:
