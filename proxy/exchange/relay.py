@@ -24,14 +24,14 @@ from proxy.settings import Upstream
 from proxy.upstream import send as up
 
 if TYPE_CHECKING:  # it imports this module
-    from proxy.exchange.lifecycle import Turn
+    from proxy.exchange.lifecycle import Exchange
 
 
-async def relay(turn: Turn, r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
-    """The client's stream; `turn.finish` records the answer however the stream ends."""
+async def relay(exchange: Exchange, r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
+    """The client's stream; `exchange.finish` records the answer however the stream ends."""
     answer, first, status = StreamAssembler(), None, r.status_code
-    progress = Progress(turn.store, turn.ref)
-    rounds = turn.rounds
+    progress = Progress(exchange.store, exchange.ref)
+    rounds = exchange.rounds
     filt = StreamFilter(rounds.usages) if rounds is not None else None
     try:
         current: httpx.Response | None = r
@@ -54,7 +54,7 @@ async def relay(turn: Turn, r: httpx.Response, upstream: Upstream) -> AsyncItera
         # Runs on a client disconnect too, where the task is being cancelled: shield the
         # write so the partial answer is still recorded.
         with anyio.CancelScope(shield=True):
-            await turn.finish(
+            await exchange.finish(
                 status=status,
                 response=answer.message(),
                 usage=answer.usage,
@@ -95,7 +95,7 @@ async def whole_events(
     event without its blank line); or, instead of the event it cut off, the error that ended
     the stream early."""
     held = b""
-    async with aclosing(up.relay_parts(r, upstream)) as parts:
+    async with aclosing(up.body_parts(r, upstream)) as parts:
         async for part in parts:
             if isinstance(part, ProxyError):
                 yield part

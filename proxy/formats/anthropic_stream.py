@@ -21,7 +21,8 @@ def error_event(exc: ProxyError) -> bytes:
 async def translate(
     chat: AsyncIterator[bytes], model: str, estimate: int, conversion: Any = None
 ) -> AsyncIterator[bytes]:
-    """Messages events for the chat stream `chat` (as Turn.relay yields it, recorded there)."""
+    """Messages events for the chat stream `chat` (as proxy/exchange/relay.py yields it,
+    recorded there)."""
     async for piece in _Translation(model, estimate).translate(chat):
         yield piece
 

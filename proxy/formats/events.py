@@ -17,7 +17,7 @@ from proxy.exchange.relay import whole_events
 from proxy.settings import Upstream
 
 if TYPE_CHECKING:  # it imports this module
-    from proxy.exchange.lifecycle import Turn
+    from proxy.exchange.lifecycle import Exchange
 
 
 def event(name: str, data: dict[str, Any]) -> bytes:
@@ -124,7 +124,7 @@ class Assembler(Protocol):
 
 
 async def relay_native(
-    turn: Turn,
+    exchange: Exchange,
     r: httpx.Response,
     upstream: Upstream,
     answer: Assembler,
@@ -150,7 +150,7 @@ async def relay_native(
             yield error_event(exc)
     finally:
         with anyio.CancelScope(shield=True):
-            await turn.finish(
+            await exchange.finish(
                 status=r.status_code,
                 response=answer.message(),
                 usage=answer.usage,

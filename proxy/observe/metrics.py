@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strategies.base import CompactionEvent
 
 if TYPE_CHECKING:  # it imports this module
-    from proxy.exchange.lifecycle import Turn
+    from proxy.exchange.lifecycle import Exchange
 
 access_log = logging.getLogger("ctxproxy.access")
 
@@ -106,7 +106,7 @@ class Metrics:
 
 
 @dataclass
-class Exchange:
+class FinishedExchange:
     """Everything about one finished chat exchange that metrics and the access log need."""
 
     session: str
@@ -132,7 +132,7 @@ class Exchange:
 
 
 def exchange_finished(
-    turn: Turn,
+    exchange: Exchange,
     status: int,
     now: float,
     first: float | None,
@@ -140,20 +140,20 @@ def exchange_finished(
     partial: bool,
     error: dict[str, Any] | None,
 ) -> None:
-    """Called by exchange.Turn.finish once the exchange is recorded: count it, log it."""
-    sent, ref = turn.sent, turn.ref
+    """Called by exchange.Exchange.finish once the exchange is recorded: count it, log it."""
+    sent, ref = exchange.sent, exchange.ref
     if ref is None:  # only a recorded exchange finishes
         return
-    figures = sent or turn.refused  # a refused request's figures are what it needed
-    x = Exchange(
+    figures = sent or exchange.refused  # a refused request's figures are what it needed
+    x = FinishedExchange(
         session=ref.session_id,
         seq=ref.seq,
-        model=turn.model,
-        upstream=turn.upstream,
-        stream=turn.stream,
+        model=exchange.model,
+        upstream=exchange.upstream,
+        stream=exchange.stream,
         status=status,
-        latency_s=now - turn.started,
-        ttft_s=None if first is None else first - turn.started,
+        latency_s=now - exchange.started,
+        ttft_s=None if first is None else first - exchange.started,
         tokens_original=figures.tokens_original if figures else 0,
         tokens_compiled=figures.tokens_compiled if figures else 0,
         budget=figures.prompt_budget if figures else None,
@@ -162,16 +162,16 @@ def exchange_finished(
         events=list(sent.events) if sent else [],
         partial=partial,
         error=error,
-        messages=turn.messages,
+        messages=exchange.messages,
         response=response,
-        recalls=turn.rounds.records if turn.rounds else [],
-        tools_removed=list(getattr(turn, "tools_removed", [])),
+        recalls=exchange.rounds.records if exchange.rounds else [],
+        tools_removed=list(getattr(exchange, "tools_removed", [])),
     )
-    services = turn.services
+    services = exchange.services
     observe(services.metrics, x, log_content=services.settings.log_content)
 
 
-def observe(metrics: Metrics | None, x: Exchange, *, log_content: bool) -> None:
+def observe(metrics: Metrics | None, x: FinishedExchange, *, log_content: bool) -> None:
     """Count the exchange and write its access-log line. Never raises into the request."""
     try:
         if metrics is not None:
@@ -182,7 +182,7 @@ def observe(metrics: Metrics | None, x: Exchange, *, log_content: bool) -> None:
         logging.getLogger("ctxproxy").exception("observing an exchange failed")
 
 
-def _count(m: Metrics, x: Exchange) -> None:
+def _count(m: Metrics, x: FinishedExchange) -> None:
     stream = "true" if x.stream else "false"
     m.chat_requests.labels(x.upstream, str(x.status), stream).inc()
     m.chat_latency.labels(x.upstream, stream).observe(x.latency_s)
@@ -215,7 +215,7 @@ def upstream_error_kind(status: int, error: dict[str, Any] | None) -> str | None
     return "stream" if error else None
 
 
-def access_record(x: Exchange, log_content: bool) -> dict[str, Any]:
+def access_record(x: FinishedExchange, log_content: bool) -> dict[str, Any]:
     phases = list(dict.fromkeys(e.label for e in x.events if not e.replayed))
     record: dict[str, Any] = {
         "event": "chat",

@@ -1,4 +1,4 @@
-"""Talking to model servers: forwarding requests and relaying their answers."""
+"""Talking to model servers: sending requests and reading their answers."""
 
 from __future__ import annotations
 
@@ -224,13 +224,13 @@ async def read(r: httpx.Response, upstream: Upstream) -> bytes:
             await r.aclose()
 
 
-async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
+async def stream_body(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they arrive; a failure mid-stream ends in an SSE error."""
-    async for part in relay_parts(r, upstream):
+    async for part in body_parts(r, upstream):
         yield sse_error(part) if isinstance(part, ProxyError) else part
 
 
-async def relay_parts(
+async def body_parts(
     r: httpx.Response, upstream: Upstream
 ) -> AsyncGenerator[bytes | ProxyError, None]:
     """The upstream's bytes as they arrive, then the error that ended them early, if any."""
