@@ -343,18 +343,13 @@ class Exchange:
         self, upstream: Upstream, body: dict[str, Any], compiled: Compiled
     ) -> httpx.Response:
         outgoing = {**body, "messages": compiled.messages}
-        options = body.get("options")
-        if upstream.kind == "ollama" and compiled.window and isinstance(options, dict | None):
-            # Ollama silently truncates to its num_ctx: make it the window we compiled for.
-            outgoing["options"] = {"num_ctx": compiled.window, **(options or {})}
-        try:
-            return await up.send(
+        try:  # the answer is read by the route, within max_response_bytes
+            return await up.ask(
                 self.services.client,
                 upstream,
-                "POST",
                 "/chat/completions",
-                json=outgoing,
-                stream=True,  # read by the route, within max_response_bytes
+                outgoing,
+                window=compiled.window,
             )
         except ProxyError as exc:
             await self.finish(status=exc.status, error=exc.body()["error"])

@@ -80,7 +80,7 @@ class Wire:
         self.native = self.serves_natively(upstream) and not recalling
         if self.native:
             exchange.rounds = None  # the recall tool goes only with translated exchanges
-            r = await self._send_native(exchange, upstream, compiled.messages)
+            r = await self._send_native(exchange, upstream, compiled)
             if r.status_code not in (404, 405):
                 return r
             await r.aclose()  # not served there after all: translate from now on
@@ -95,35 +95,41 @@ class Wire:
         return await exchange.forward(upstream, chat, folded)
 
     async def _send_native(
-        self, exchange: lifecycle.Exchange, upstream: Upstream, view: list[dict[str, Any]]
+        self, exchange: lifecycle.Exchange, upstream: Upstream, compiled: Compiled
     ) -> httpx.Response:
         """The view in the API's own form; system messages after the first go as they came
         unless this upstream refused them once (then, and from then on, folded)."""
+        view = compiled.messages
         folding = (upstream.name, self.codec.api + FOLDED)
         folded = fold(view)  # the same list when there is nothing to fold
-        r = await self._post(exchange, upstream, folded if folding in self.fallbacks else view)
+        window = compiled.window
+        first = folded if folding in self.fallbacks else view
+        r = await self._post(exchange, upstream, first, window)
         if folded is not view and folding not in self.fallbacks and r.status_code in REFUSED:
             await r.aclose()
-            r = await self._post(exchange, upstream, folded)
+            r = await self._post(exchange, upstream, folded, window)
             if r.status_code < 400:
                 self.fallbacks.add(folding)
         return r
 
     async def _post(
-        self, exchange: lifecycle.Exchange, upstream: Upstream, view: list[dict[str, Any]]
+        self,
+        exchange: lifecycle.Exchange,
+        upstream: Upstream,
+        view: list[dict[str, Any]],
+        window: int | None,
     ) -> httpx.Response:
         outgoing = self._limited(self.codec.from_view(view, self.conversion), exchange.limit)
         if not exchange.services.settings.forward_client_identity:
             outgoing = without_identity(outgoing)
         try:
-            return await up.send(
+            return await up.ask(
                 exchange.services.client,
                 upstream,
-                "POST",
                 self.codec.path,
-                json=outgoing,
+                outgoing,
+                window=window,
                 headers=self.headers,
-                stream=True,
             )
         except ProxyError as exc:
             await exchange.finish(status=exc.status, error=exc.body()["error"])

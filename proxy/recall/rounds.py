@@ -194,13 +194,12 @@ class Rounds:
         outgoing = self.request(stream)
         self.sent += 1
         started = time.monotonic()
-        r = await up.send(
+        r = await up.ask(
             self.services.client,
             self.upstream,
-            "POST",
             "/chat/completions",
-            json=outgoing,
-            stream=True,
+            outgoing,
+            window=self.compiled.window,
         )
         if stream and r.status_code < 400 and up.is_event_stream(r):
             return r

@@ -135,6 +135,31 @@ async def send(
         raise unreachable(upstream, method, url, exc) from None
 
 
+async def ask(
+    client: httpx.AsyncClient,
+    upstream: Upstream,
+    path: str,
+    body: dict[str, Any],
+    *,
+    window: int | None,
+    headers: Mapping[str, str] | None = None,
+) -> httpx.Response:
+    """The one way a request for an answer (chat completions, Messages, Responses; recall
+    rounds too) reaches a model server, with what that upstream needs for the `window` the
+    view was compiled for; the answer comes back unread, for the caller to stream or read."""
+    outgoing = for_window(upstream, body, window)
+    return await send(client, upstream, "POST", path, json=outgoing, headers=headers, stream=True)
+
+
+def for_window(upstream: Upstream, body: dict[str, Any], window: int | None) -> dict[str, Any]:
+    """`body` as `upstream` must get it to use the whole window (a copy, where that differs)."""
+    options = body.get("options")
+    if upstream.kind == "ollama" and window and isinstance(options, dict | None):
+        # Ollama silently truncates to its num_ctx: make it the window we compiled for.
+        return {**body, "options": {"num_ctx": window, **(options or {})}}
+    return body
+
+
 DISCONNECTED = "Server disconnected"  # httpcore's words for a close before any answer
 
 
