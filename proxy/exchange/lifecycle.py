@@ -44,6 +44,7 @@ from proxy.recall import tool as recall
 from proxy.recall.rounds import Rounds, folded
 from proxy.settings import Upstream
 from proxy.store import RequestRef
+from proxy.store.request import NewRequest
 from proxy.store.states import Decisions, Prior
 from proxy.store.store import hash_messages
 from proxy.upstream import answers
@@ -419,9 +420,8 @@ class Exchange:
                 [], whole.tokens_original, refused.needed, refused.budget, refused.window
             )
             self.refused = compiled
-        self.ref = await run_in_threadpool(
-            self.store.record_request,
-            key.id,
+        new = NewRequest(
+            session_id=key.id,
             source=key.source,
             key_id=key.owner,
             messages=body["messages"],
@@ -439,6 +439,7 @@ class Exchange:
             decided=self.decisions(compiled) if compiled else None,
             hashes=self.hashes,
         )
+        self.ref = await run_in_threadpool(self.store.record_request, new)
 
     async def finish(
         self,
