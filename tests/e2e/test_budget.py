@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.proxy.test_compiler import qwen_shaped
 
 from proxy.settings import Settings
 from proxy.testing.scripted import Script
 from proxy.testing.servers import ServerThread
+from tests.unit.test_compiler import qwen_shaped
 
 ASKED = 32_000
 HI = [{"role": "user", "content": "hi"}]
