@@ -162,7 +162,7 @@ def exchange_finished(
         messages=exchange.messages,
         response=response,
         recalls=exchange.rounds.records if exchange.rounds else [],
-        tools_removed=list(getattr(exchange, "tools_removed", [])),
+        tools_removed=list(exchange.tools_removed),
     )
     services = exchange.services
     observe(services.metrics, x, log_content=services.settings.log_content)
