@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common as c
+from proxy.store.request import NewRequest
 
 CHECKPOINTS = [10, 20, 50, 100, 200, 300, 500, 750, 1000, 1250, 1500, 1750, 2000]
 QUICK_CHECKPOINTS = [10, 20, 30, 40]
@@ -99,20 +100,22 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
     clear_caches()
     warm_up = [{"role": "system", "content": "warm-up"}, *c.agent_history(12)[1:]]
     ref = store.record_request(
-        "warm-up",
-        source="header",
-        messages=warm_up,
-        request={},
-        model=c.MODEL,
-        upstream="bench",
-        stream=False,
-        compiled=warm_up,
-        tokens_original=0,
-        tokens_compiled=0,
-        budget=None,
-        window=None,
-        pipeline=[],
-        events=[],
+        NewRequest(
+            session_id="warm-up",
+            source="header",
+            messages=warm_up,
+            request={},
+            model=c.MODEL,
+            upstream="bench",
+            stream=False,
+            compiled=warm_up,
+            tokens_original=0,
+            tokens_compiled=0,
+            budget=None,
+            window=None,
+            pipeline=[],
+            events=[],
+        )
     )  # one-time costs (imports, SQL statement compilation) are not the session's
     store.finish_exchange(
         ref,
@@ -151,22 +154,24 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
             compiled.state, compiled.factor, compiled.raw_prompt, compiled.tokens_original
         )
         ref = store.record_request(
-            key.id,
-            source=key.source,
-            messages=parsed["messages"],
-            request={},
-            model=c.MODEL,
-            upstream="bench",
-            stream=False,
-            compiled=compiled.messages,
-            tokens_original=compiled.tokens_original,
-            tokens_compiled=compiled.tokens_compiled,
-            budget=compiled.budget,
-            window=compiled.window,
-            pipeline=list(settings.pipeline),
-            events=[e.to_dict() for e in compiled.events],
-            decided=decided if compiled.state else None,
-            hashes=hashes,
+            NewRequest(
+                session_id=key.id,
+                source=key.source,
+                messages=parsed["messages"],
+                request={},
+                model=c.MODEL,
+                upstream="bench",
+                stream=False,
+                compiled=compiled.messages,
+                tokens_original=compiled.tokens_original,
+                tokens_compiled=compiled.tokens_compiled,
+                budget=compiled.budget,
+                window=compiled.window,
+                pipeline=list(settings.pipeline),
+                events=[e.to_dict() for e in compiled.events],
+                decided=decided if compiled.state else None,
+                hashes=hashes,
+            )
         )
         t3 = time.perf_counter()
         answer = c.assistant_step(sum(1 for m in msgs if m["role"] == "tool"))

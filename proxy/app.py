@@ -103,7 +103,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
 def app_from_env() -> FastAPI:
     """uvicorn's app factory for `ctxproxy serve --workers N`: each worker process reads the
     settings from $CTXPROXY_CONFIG (or ./config.yaml) and CTXPROXY_* variables."""
-    from proxy.observe.metrics import configure_logging
+    from proxy.observe.access_log import configure_logging
     from proxy.settings import load_settings
 
     settings = load_settings()

@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import groupby
+from typing import Any
 
 from strategies import ledger
 from strategies.base import (
@@ -321,6 +322,7 @@ def _unmerged(msg: Message, lineage: Lineage) -> Message:
     if raw.get("role") == "user":
         return raw  # the task, which only had the marker after its own text
     content = msg.get("content")
+    rest: Any
     if isinstance(content, list):
         rest = content[1:]
     elif isinstance(content, str) and SEPARATOR in content:
@@ -364,7 +366,9 @@ def _calls(messages: Iterable[Message]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for msg in messages:
         for call in tool_calls(msg):
-            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            fn = call.get("function")
+            if not isinstance(fn, dict):
+                fn = {}
             out.setdefault(str(fn.get("name", "?")), []).append(_key_arg(fn.get("arguments")))
     return out
 

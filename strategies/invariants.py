@@ -93,8 +93,8 @@ def check_valid(original: Sequence[Message], compiled: Sequence[Message]) -> Non
     now, sent = _users(compiled)[-1:], _users(original)[-1:]
     if len(now) != len(sent) or not all(map(kept_in_latest, now, sent)):
         raise InvariantError("compaction changed the latest user message")
-    if added := _clashes(compiled) - _clashes(original):
-        raise InvariantError(f"compaction put two {sorted(added)[0]} messages next to each other")
+    if clashes := _clashes(compiled) - _clashes(original):
+        raise InvariantError(f"compaction put two {sorted(clashes)[0]} messages next to each other")
 
 
 def check(
@@ -155,7 +155,7 @@ def _marker_after(content: Any, sent: Any) -> bool:
 def _clashes(messages: Sequence[Message]) -> set[str]:
     """Roles that stand twice in a row (user after user, assistant after assistant)."""
     return {
-        a.get("role")
+        str(a.get("role"))
         for a, b in zip(messages, messages[1:], strict=False)
         if a.get("role") == b.get("role") and a.get("role") in ("user", "assistant")
     }

@@ -45,7 +45,7 @@ async def passthrough(
         stream=True,
     )
     if up.is_event_stream(r):
-        return StreamingResponse(up.relay(r, upstream), r.status_code, up.response_headers(r))
+        return StreamingResponse(up.stream_body(r, upstream), r.status_code, up.response_headers(r))
     return Response(await up.read(r, upstream), r.status_code, up.response_headers(r))
 
 

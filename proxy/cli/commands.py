@@ -141,7 +141,7 @@ def serve_forever(
     import uvicorn
 
     from proxy.app import create_app
-    from proxy.observe.metrics import configure_logging
+    from proxy.observe.access_log import configure_logging
 
     configure_logging(settings.log_level)
     say(f"ctxproxy {version()} starting")

@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx
@@ -31,7 +31,7 @@ from proxy.exchange.compile import (
     compile_request,
     message_budget,
 )
-from proxy.exchange.identify import identify
+from proxy.exchange.identify import SessionKey, identify
 from proxy.exchange.prepare import prepare
 from proxy.exchange.relay import relay
 from proxy.formats.chat_stream import MAX_CHOICES
@@ -42,12 +42,18 @@ from proxy.observe.timing import Timing
 from proxy.recall import rounds
 from proxy.recall import tool as recall
 from proxy.recall.rounds import Rounds, folded
+from proxy.settings import Upstream
 from proxy.store import RequestRef
+from proxy.store.request import NewRequest
 from proxy.store.states import Decisions, Prior
 from proxy.store.store import hash_messages
 from proxy.upstream import answers
 from proxy.upstream import send as up
 from proxy.upstream.overflow import Overflow, parse_overflow
+
+if TYPE_CHECKING:  # both import this module
+    from proxy.app import Services
+    from proxy.exchange.wire import Wire
 
 log = logging.getLogger("ctxproxy.exchange")
 T = TypeVar("T")
@@ -56,9 +62,9 @@ T = TypeVar("T")
 async def run(
     request: Request,
     body: dict[str, Any],
-    services: Any,
+    services: Services,
     session: str | None,
-    wire: Any = None,
+    wire: Wire | None = None,
 ) -> Response:
     """One chat exchange: identify, store, compile the view, forward, relay, record.
 
@@ -75,9 +81,9 @@ async def run(
 async def _exchange(
     request: Request,
     body: dict[str, Any],
-    services: Any,
+    services: Services,
     session: str | None,
-    wire: Any,
+    wire: Wire | None,
     timing: Timing,
 ) -> Response:
     # The wire shape checked; `sendable` is what is compiled and sent (repaired, if the policy
@@ -89,116 +95,126 @@ async def _exchange(
     upstream = services.settings.upstream_for(chat.model)
     if upstream is None:
         raise ModelNotFound(chat.model)
-    turn = Turn(services, timing, upstream.name, chat.model)
+    exchange = Exchange(services, timing, upstream.name, chat.model)
     owner = client_key_id(request, services)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
     key = services.conversations.place(key, body)
     window = await services.windows.window(upstream, chat.model)
     with timing.span("store"):
-        await turn.load_prior(key.id, body, sendable)
-    factor = turn.session_factor(services.calibration.factor(upstream.name, chat.model))
+        await exchange.load_prior(key.id, body, sendable)
+    factor = exchange.session_factor(services.calibration.factor(upstream.name, chat.model))
     # Wherever the recall tool may be offered the budget leaves room for it, so offering it
     # never changes which view is sent.
     offered = services.settings.recall.enabled and recall.wanted(sendable, upstream.tools)
     counted = recall.with_tool(sendable) if offered else sendable
     try:
         with timing.span("compile"):
-            compiled = await turn.fit(upstream, counted, window, factor)
+            compiled = await exchange.fit(upstream, counted, window, factor)
     except ContextLengthExceeded as exc:
         with timing.span("store"):
-            await turn.record(key, body, upstream.name, None, refused=exc, counted=counted)
-        await turn.finish(status=exc.status, error=exc.body()["error"])
-        if turn.refused is not None:  # its real figures, as an answer's would be
-            exc.headers = compilation_headers(turn.refused) | {"x-ctxproxy-session": key.id}
+            await exchange.record(key, body, upstream.name, None, refused=exc, counted=counted)
+        await exchange.finish(status=exc.status, error=exc.body()["error"])
+        if exchange.refused is not None:  # its real figures, as an answer's would be
+            exc.headers = compilation_headers(exchange.refused) | {"x-ctxproxy-session": key.id}
         raise
     with timing.span("store"):
-        await turn.record(key, body, upstream.name, compiled)
-    send = turn.forward if wire is None else partial(wire.forward, turn)
-    r, compiled = await _send_fitted(request, turn, upstream, send, (sendable, counted), compiled)
+        await exchange.record(key, body, upstream.name, compiled)
+    send = exchange.forward if wire is None else partial(wire.forward, exchange)
+    r, compiled = await _send_fitted(
+        request, exchange, upstream, send, (sendable, counted), compiled
+    )
     headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
-    if turn.limit is not None:
-        headers["x-ctxproxy-max-tokens"] = f"{asked_tokens(sendable)}->{turn.limit}"
+    if exchange.limit is not None:
+        headers["x-ctxproxy-max-tokens"] = f"{asked_tokens(sendable)}->{exchange.limit}"
     if wire is not None:
-        return await wire.answer(request, turn, r, upstream, headers, bool(chat.stream))
+        return await wire.answer(request, exchange, r, upstream, headers, bool(chat.stream))
     if chat.stream and r.status_code < 400 and up.is_event_stream(r):
         return StreamingResponse(
-            relay(turn, r, upstream),
+            relay(exchange, r, upstream),
             r.status_code,
-            up.response_headers(r) | headers | turn.timing_header(),
+            up.response_headers(r) | headers | exchange.timing_header(),
             media_type="text/event-stream",
         )
     with timing.span("answer"):
-        await _unless_gone(request, turn, _read_checked(r, turn, upstream, bool(chat.stream)))
-        content = await _unless_gone(request, turn, turn.settle(r))
-    return Response(content, r.status_code, up.response_headers(r) | headers | turn.timing_header())
+        await _unless_gone(
+            request, exchange, _read_checked(r, exchange, upstream, bool(chat.stream))
+        )
+        content = await _unless_gone(request, exchange, exchange.settle(r))
+    return Response(
+        content, r.status_code, up.response_headers(r) | headers | exchange.timing_header()
+    )
 
 
 async def _send_fitted(
     request: Request,
-    turn: Turn,
-    upstream: Any,
+    exchange: Exchange,
+    upstream: Upstream,
     send: Callable[..., Awaitable[httpx.Response]],
     bodies: tuple[dict[str, Any], dict[str, Any]],
     compiled: Compiled,
 ) -> tuple[httpx.Response, Compiled]:
     """Forward the view; an upstream that counts it over its window gets one refit view."""
     sendable, counted = bodies
-    timing = turn.timing
-    outgoing = turn.outgoing(upstream, sendable, counted, compiled)
+    timing = exchange.timing
+    outgoing = exchange.outgoing(upstream, sendable, counted, compiled)
     with timing.span("upstream"):
-        r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
-        overflow = await _overflow_of(r, turn, upstream)
+        r = await _unless_gone(request, exchange, send(upstream, outgoing, compiled))
+        overflow = await _overflow_of(r, exchange, upstream)
     if not overflow or compiled.budget is None:
         return r, compiled
     # The upstream counted more than we estimated: learn from its figures, refit, retry once.
     with timing.span("compile"):
-        compiled = await turn.refit(counted, compiled, overflow)
-    outgoing = turn.outgoing(upstream, sendable, counted, compiled)
+        compiled = await exchange.refit(counted, compiled, overflow)
+    outgoing = exchange.outgoing(upstream, sendable, counted, compiled)
     with timing.span("upstream"):
-        r = await _unless_gone(request, turn, send(upstream, outgoing, compiled))
-        again = await _overflow_of(r, turn, upstream)
+        r = await _unless_gone(request, exchange, send(upstream, outgoing, compiled))
+        again = await _overflow_of(r, exchange, upstream)
     if again:
         exc = ContextLengthExceeded(
             again.prompt_tokens or compiled.tokens_compiled,
             compiled.prompt_budget or 0,
             again.window or compiled.window,
         )
-        await turn.finish(status=exc.status, error=exc.body()["error"])
+        await exchange.finish(status=exc.status, error=exc.body()["error"])
         raise exc
     return r, compiled
 
 
-async def _unless_gone(request: Request, turn: Turn, work: Awaitable[T]) -> T:
+async def _unless_gone(request: Request, exchange: Exchange, work: Awaitable[T]) -> T:
     """`work`, given up when the client disconnects: the upstream request is cancelled too."""
     try:
         return await unless_disconnected(request, work)
     except ClientClosed as exc:
         with anyio.CancelScope(shield=True):
-            await turn.finish(status=exc.status, error=exc.body()["error"])
+            await exchange.finish(status=exc.status, error=exc.body()["error"])
         raise
 
 
-async def _read_checked(r: httpx.Response, turn: Turn, upstream: Any, stream: bool) -> None:
+async def _read_checked(
+    r: httpx.Response, exchange: Exchange, upstream: Upstream, stream: bool
+) -> None:
     """Read the whole answer; one cut short, stalled or not a completion closes the record."""
     try:
         await up.read(r, upstream)
         answers.check(r, upstream.name, stream)
     except ProxyError as exc:
-        await turn.finish(status=exc.status, error=exc.body()["error"])
+        await exchange.finish(status=exc.status, error=exc.body()["error"])
         raise
 
 
-async def _overflow_of(r: httpx.Response, turn: Turn, upstream: Any) -> Overflow | None:
+async def _overflow_of(
+    r: httpx.Response, exchange: Exchange, upstream: Upstream
+) -> Overflow | None:
     if r.status_code < 400:
         return None
-    await _read_checked(r, turn, upstream, False)
+    await _read_checked(r, exchange, upstream, False)
     return parse_overflow(r.status_code, r.content)
 
 
-class Turn:
+class Exchange:
     """One exchange's record: written before forwarding, completed when the answer ends."""
 
-    def __init__(self, services: Any, timing: Timing, upstream: str, model: str):
+    def __init__(self, services: Services, timing: Timing, upstream: str, model: str):
         self.services = services
         self.upstream, self.model = upstream, model
         self.store = services.store
@@ -220,7 +236,7 @@ class Turn:
         self.refused: Compiled | None = None  # a refused request's figures, for the log
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
-        """The session branch's stored compaction state, which this turn's view starts from."""
+        """The session branch's stored compaction state, which this exchange's view starts from."""
         fresh = sendable["messages"] is not body["messages"]  # a repaired history compiles afresh
         self.hashes, self.prior = await run_in_threadpool(
             self._hash_and_load, session_id, body["messages"], fresh
@@ -237,7 +253,7 @@ class Turn:
         return {"server-timing": self.timing.header()}
 
     def session_factor(self, default: float) -> float:
-        """The session's own calibration, moved by what the upstream counted last turn."""
+        """The session's own calibration, moved by what the upstream counted last exchange."""
         p = self.prior
         return default if p is None else next_factor(p.factor, p.raw_prompt, p.prompt_tokens)
 
@@ -261,7 +277,7 @@ class Turn:
         return compiled
 
     def outgoing(
-        self, upstream: Any, plain: dict[str, Any], counted: dict[str, Any], compiled: Compiled
+        self, upstream: Upstream, plain: dict[str, Any], counted: dict[str, Any], compiled: Compiled
     ) -> dict[str, Any]:
         """What to send: with the recall tool when the view holds anything folded or left out,
         and an answer length that fits what the window has left."""
@@ -300,7 +316,7 @@ class Turn:
         )
 
     async def fit(
-        self, upstream: Any, body: dict[str, Any], window: int | None, factor: float
+        self, upstream: Upstream, body: dict[str, Any], window: int | None, factor: float
     ) -> Compiled:
         """Compile; in exact mode, recount with the upstream's tokenizer and refit if needed."""
         compiled = await self.compile(body, window, factor)
@@ -325,21 +341,16 @@ class Turn:
         return compiled
 
     async def forward(
-        self, upstream: Any, body: dict[str, Any], compiled: Compiled
+        self, upstream: Upstream, body: dict[str, Any], compiled: Compiled
     ) -> httpx.Response:
         outgoing = {**body, "messages": compiled.messages}
-        options = body.get("options")
-        if upstream.kind == "ollama" and compiled.window and isinstance(options, dict | None):
-            # Ollama silently truncates to its num_ctx: make it the window we compiled for.
-            outgoing["options"] = {"num_ctx": compiled.window, **(options or {})}
-        try:
-            return await up.send(
+        try:  # the answer is read by the route, within max_response_bytes
+            return await up.ask(
                 self.services.client,
                 upstream,
-                "POST",
                 "/chat/completions",
-                json=outgoing,
-                stream=True,  # read by the route, within max_response_bytes
+                outgoing,
+                window=compiled.window,
             )
         except ProxyError as exc:
             await self.finish(status=exc.status, error=exc.body()["error"])
@@ -390,7 +401,7 @@ class Turn:
 
     async def record(
         self,
-        key: Any,
+        key: SessionKey,
         body: dict[str, Any],
         upstream: str,
         compiled: Compiled | None,
@@ -409,9 +420,8 @@ class Turn:
                 [], whole.tokens_original, refused.needed, refused.budget, refused.window
             )
             self.refused = compiled
-        self.ref = await run_in_threadpool(
-            self.store.record_request,
-            key.id,
+        new = NewRequest(
+            session_id=key.id,
             source=key.source,
             key_id=key.owner,
             messages=body["messages"],
@@ -429,6 +439,7 @@ class Turn:
             decided=self.decisions(compiled) if compiled else None,
             hashes=self.hashes,
         )
+        self.ref = await run_in_threadpool(self.store.record_request, new)
 
     async def finish(
         self,
@@ -439,7 +450,7 @@ class Turn:
         usage: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         first: float | None = None,
-        choices: list[dict[str, Any]] | None = None,
+        choices: Sequence[dict[str, Any] | None] | None = None,
     ) -> None:
         if self.ref is None:
             return

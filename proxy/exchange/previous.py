@@ -9,6 +9,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from proxy.errors import BadRequest
+from proxy.store import Store
 
 PREFIX = "resp_"
 MAX_SEQ_DIGITS = 19  # 2^63 - 1 has 19
@@ -40,11 +41,12 @@ def _parse(response_id: str) -> tuple[str, int] | None:
     return (session, number) if number < 2**63 else None
 
 
-async def history(store: Any, response_id: str, owner: str | None) -> tuple[str, list[dict]]:
+async def history(store: Store, response_id: str, owner: str | None) -> tuple[str, list[dict]]:
     """The session and neutral history that `response_id` ended: its request, then its answer."""
     found = _parse(response_id)
     if found and (owner is None or found[0].startswith(owner + ":")):
-        detail = await run_in_threadpool(store.get_exchange, *found)
+        session, number = found
+        detail = await run_in_threadpool(store.get_exchange, session, number)
         if (
             detail is not None
             and detail.response is not None

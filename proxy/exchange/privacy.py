@@ -19,7 +19,7 @@ def without_identity(body: dict[str, Any]) -> dict[str, Any]:
     if not in_metadata and not any(k in body for k in IDENTITY_FIELDS):
         return body
     out = {k: v for k, v in body.items() if k not in IDENTITY_FIELDS}
-    if in_metadata:
+    if isinstance(metadata, dict) and in_metadata:
         rest = {k: v for k, v in metadata.items() if k != "user_id"}
         out.pop("metadata")
         if rest:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
 from proxy.formats.chat_stream import StreamAssembler
+from proxy.store import RequestRef, Store
 
 log = logging.getLogger("ctxproxy.progress")
 
@@ -17,7 +17,7 @@ INTERVAL = 1.0  # seconds between writes of one stream's progress, after the fir
 
 
 class Progress:
-    def __init__(self, store: Any, ref: Any, interval: float = INTERVAL):
+    def __init__(self, store: Store, ref: RequestRef | None, interval: float = INTERVAL):
         self.store, self.ref, self.interval = store, ref, interval
         self._last: float | None = None
 

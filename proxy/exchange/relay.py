@@ -8,9 +8,9 @@ a round that ends in recall calls only is answered and followed by the next roun
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 import httpx
@@ -18,15 +18,20 @@ import httpx
 from proxy.errors import ProxyError, UpstreamInvalid, sse_error
 from proxy.exchange.progress import Progress
 from proxy.formats.chat_stream import StreamAssembler
+from proxy.recall.rounds import Rounds
 from proxy.recall.stream import StreamFilter
+from proxy.settings import Upstream
 from proxy.upstream import send as up
 
+if TYPE_CHECKING:  # it imports this module
+    from proxy.exchange.lifecycle import Exchange
 
-async def relay(turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
-    """The client's stream; `turn.finish` records the answer however the stream ends."""
+
+async def relay(exchange: Exchange, r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
+    """The client's stream; `exchange.finish` records the answer however the stream ends."""
     answer, first, status = StreamAssembler(), None, r.status_code
-    progress = Progress(turn.store, turn.ref)
-    rounds = turn.rounds
+    progress = Progress(exchange.store, exchange.ref)
+    rounds = exchange.rounds
     filt = StreamFilter(rounds.usages) if rounds is not None else None
     try:
         current: httpx.Response | None = r
@@ -35,7 +40,7 @@ async def relay(turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[by
                 first = first or time.monotonic()
                 yield chunk
             current = None
-            if filt is not None and filt.going_on and answer.error is None:
+            if rounds is not None and filt is not None and filt.going_on and answer.error is None:
                 try:
                     await rounds.answer(filt.message(), filt.recall_calls())
                     filt.start_round()
@@ -49,7 +54,7 @@ async def relay(turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[by
         # Runs on a client disconnect too, where the task is being cancelled: shield the
         # write so the partial answer is still recorded.
         with anyio.CancelScope(shield=True):
-            await turn.finish(
+            await exchange.finish(
                 status=status,
                 response=answer.message(),
                 usage=answer.usage,
@@ -62,11 +67,11 @@ async def relay(turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[by
 
 async def _round(
     r: httpx.Response,
-    upstream: Any,
+    upstream: Upstream,
     answer: StreamAssembler,
     progress: Progress,
     filt: StreamFilter | None,
-    rounds: Any,
+    rounds: Rounds | None,
 ) -> AsyncIterator[bytes]:
     """One upstream stream's events, as the client gets them."""
     async with aclosing(whole_events(r, upstream)) as events:
@@ -76,19 +81,21 @@ async def _round(
                 yield sse_error(ready)
                 return
             if filt is not None:
-                ready = filt.feed(ready, rounds.more)
+                ready = filt.feed(ready, rounds is not None and rounds.more)
             if ready:
                 yield await _relayed(ready, answer, progress, upstream)
             if answer.malformed is not None:
                 return
 
 
-async def whole_events(r: httpx.Response, upstream: Any) -> AsyncIterator[bytes | ProxyError]:
+async def whole_events(
+    r: httpx.Response, upstream: Upstream
+) -> AsyncGenerator[bytes | ProxyError, None]:
     """The upstream's events, whole, as each ends; at the stream's end what is left (the last
     event without its blank line); or, instead of the event it cut off, the error that ended
     the stream early."""
     held = b""
-    async with aclosing(up.relay_parts(r, upstream)) as parts:
+    async with aclosing(up.body_parts(r, upstream)) as parts:
         async for part in parts:
             if isinstance(part, ProxyError):
                 yield part
@@ -102,7 +109,7 @@ async def whole_events(r: httpx.Response, upstream: Any) -> AsyncIterator[bytes 
 
 
 async def _relayed(
-    chunk: bytes, answer: StreamAssembler, progress: Progress, upstream: Any
+    chunk: bytes, answer: StreamAssembler, progress: Progress, upstream: Upstream
 ) -> bytes:
     answer.feed(chunk)
     if answer.malformed is not None:

@@ -14,7 +14,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from proxy.errors import ProxyError, UpstreamInvalid
-from proxy.exchange import lifecycle as exchange
+from proxy.exchange import lifecycle
 from proxy.exchange.compile import Compiled
 from proxy.exchange.privacy import without_identity
 from proxy.exchange.relay import relay
@@ -22,6 +22,7 @@ from proxy.formats.events import Assembler, relay_native
 from proxy.formats.groups import Conversion
 from proxy.formats.reminders import fold
 from proxy.formats.toolnames import REMOVED_KEY
+from proxy.settings import Upstream
 from proxy.upstream import send as up
 
 API_KEY = "ctxproxy_api"  # in the stored request: which API the exchange came in on
@@ -62,119 +63,131 @@ class Wire:
     def body(self) -> dict[str, Any]:
         return {**self.conversion.body, API_KEY: self.codec.api}
 
-    def serves_natively(self, upstream: Any) -> bool:
+    def serves_natively(self, upstream: Upstream) -> bool:
         known = (upstream.name, self.codec.api) not in self.fallbacks
         return known and upstream.native(self.codec.api)
 
     async def forward(
-        self, turn: Any, upstream: Any, body: dict[str, Any], compiled: Compiled
+        self,
+        exchange: lifecycle.Exchange,
+        upstream: Upstream,
+        body: dict[str, Any],
+        compiled: Compiled,
     ) -> httpx.Response:
         # A view with anything folded goes translated, where ctxproxy can offer and answer
         # ctxproxy_recall (recall.translate); it stays folded, so a session switches once.
-        recalling = turn.rounds is not None and turn.services.settings.recall.translate
+        recalling = exchange.rounds is not None and exchange.services.settings.recall.translate
         self.native = self.serves_natively(upstream) and not recalling
         if self.native:
-            turn.rounds = None  # the recall tool goes only with translated exchanges
-            r = await self._send_native(turn, upstream, compiled.messages)
+            exchange.rounds = None  # the recall tool goes only with translated exchanges
+            r = await self._send_native(exchange, upstream, compiled)
             if r.status_code not in (404, 405):
                 return r
             await r.aclose()  # not served there after all: translate from now on
             self.fallbacks.add((upstream.name, self.codec.api))
             self.native = False
         chat = {k: v for k, v in body.items() if not k.startswith(PRIVATE)}
-        turn.tools_removed = body.get(REMOVED_KEY) or []
-        # Chat templates refuse a system message after the first: carry it in a user turn.
+        exchange.tools_removed = body.get(REMOVED_KEY) or []
+        # Chat templates refuse a system message after the first: carry it in a user exchange.
         folded = replace(compiled, messages=fold(compiled.messages))
-        if turn.rounds is not None:  # recall rounds ask again with the same view
-            turn.rounds.compiled = folded
-        return await turn.forward(upstream, chat, folded)
+        if exchange.rounds is not None:  # recall rounds ask again with the same view
+            exchange.rounds.compiled = folded
+        return await exchange.forward(upstream, chat, folded)
 
     async def _send_native(
-        self, turn: Any, upstream: Any, view: list[dict[str, Any]]
+        self, exchange: lifecycle.Exchange, upstream: Upstream, compiled: Compiled
     ) -> httpx.Response:
         """The view in the API's own form; system messages after the first go as they came
         unless this upstream refused them once (then, and from then on, folded)."""
+        view = compiled.messages
         folding = (upstream.name, self.codec.api + FOLDED)
         folded = fold(view)  # the same list when there is nothing to fold
-        r = await self._post(turn, upstream, folded if folding in self.fallbacks else view)
+        window = compiled.window
+        first = folded if folding in self.fallbacks else view
+        r = await self._post(exchange, upstream, first, window)
         if folded is not view and folding not in self.fallbacks and r.status_code in REFUSED:
             await r.aclose()
-            r = await self._post(turn, upstream, folded)
+            r = await self._post(exchange, upstream, folded, window)
             if r.status_code < 400:
                 self.fallbacks.add(folding)
         return r
 
-    async def _post(self, turn: Any, upstream: Any, view: list[dict[str, Any]]) -> httpx.Response:
-        outgoing = self._limited(self.codec.from_view(view, self.conversion), turn.limit)
-        if not turn.services.settings.forward_client_identity:
+    async def _post(
+        self,
+        exchange: lifecycle.Exchange,
+        upstream: Upstream,
+        view: list[dict[str, Any]],
+        window: int | None,
+    ) -> httpx.Response:
+        outgoing = self._limited(self.codec.from_view(view, self.conversion), exchange.limit)
+        if not exchange.services.settings.forward_client_identity:
             outgoing = without_identity(outgoing)
         try:
-            return await up.send(
-                turn.services.client,
+            return await up.ask(
+                exchange.services.client,
                 upstream,
-                "POST",
                 self.codec.path,
-                json=outgoing,
+                outgoing,
+                window=window,
                 headers=self.headers,
-                stream=True,
             )
         except ProxyError as exc:
-            await turn.finish(status=exc.status, error=exc.body()["error"])
+            await exchange.finish(status=exc.status, error=exc.body()["error"])
             raise
 
     async def answer(
         self,
         request: Request,
-        turn: Any,
+        exchange: lifecycle.Exchange,
         r: httpx.Response,
-        upstream: Any,
+        upstream: Upstream,
         headers: dict[str, str],
         stream: bool,
     ) -> Response:
         headers = {**up.response_headers(r), **headers}
         headers.pop("content-type", None)
-        if turn.ref is not None and self.codec.answer_id is not None:
-            self.conversion.answer_id = self.codec.answer_id(turn.ref)
+        if exchange.ref is not None and self.codec.answer_id is not None:
+            self.conversion.answer_id = self.codec.answer_id(exchange.ref)
         if stream and r.status_code < 400 and up.is_event_stream(r):
-            headers |= turn.timing_header()
+            headers |= exchange.timing_header()
             return StreamingResponse(
-                self._stream(turn, r, upstream), r.status_code, headers, "text/event-stream"
+                self._stream(exchange, r, upstream), r.status_code, headers, "text/event-stream"
             )
-        with turn.timing.span("answer"):
-            response = await self._whole(request, turn, r, upstream, headers, stream)
-        response.headers.update(turn.timing_header())
+        with exchange.timing.span("answer"):
+            response = await self._whole(request, exchange, r, upstream, headers, stream)
+        response.headers.update(exchange.timing_header())
         return response
 
     async def _whole(
         self,
         request: Request,
-        turn: Any,
+        exchange: lifecycle.Exchange,
         r: httpx.Response,
-        upstream: Any,
+        upstream: Upstream,
         headers: dict[str, str],
         stream: bool,
     ) -> Response:
         """The answer read whole (recall rounds answered) and rendered in the client's API."""
         if not self.native:
-            await exchange._unless_gone(
-                request, turn, exchange._read_checked(r, turn, upstream, stream)
+            await lifecycle._unless_gone(
+                request, exchange, lifecycle._read_checked(r, exchange, upstream, stream)
             )
-            content = await exchange._unless_gone(request, turn, turn.settle(r))
+            content = await lifecycle._unless_gone(request, exchange, exchange.settle(r))
             if r.status_code >= 400:
                 return self._error(r, headers)
             completion = json.loads(content)  # recall rounds answered, their calls taken out
-            answer = self.codec.from_completion(completion, turn.model, self.conversion)
+            answer = self.codec.from_completion(completion, exchange.model, self.conversion)
             return JSONResponse(answer, r.status_code, headers)
-        await exchange._unless_gone(request, turn, self._read_native(r, turn, upstream))
+        await lifecycle._unless_gone(request, exchange, self._read_native(r, exchange, upstream))
         if r.status_code >= 400:
-            await turn.finish(status=r.status_code, error=self._error_of(r))
+            await exchange.finish(status=r.status_code, error=self._error_of(r))
             return self._error(r, headers)
         return Response(
             self._named(r.content), r.status_code, headers, media_type="application/json"
         )
 
     def _limited(self, native: dict[str, Any], limit: int | None) -> dict[str, Any]:
-        """The native request asking no more than fits the window (see Turn.outgoing)."""
+        """The native request asking no more than fits the window (see Exchange.outgoing)."""
         key = LIMIT_KEYS.get(self.codec.api)
         asked = native.get(key) if key else None
         if key and limit is not None and isinstance(asked, int) and asked > limit:
@@ -189,16 +202,20 @@ class Wire:
             return content
         return json.dumps({**data, "id": self.conversion.answer_id}).encode()
 
-    def _stream(self, turn: Any, r: httpx.Response, upstream: Any) -> AsyncIterator[bytes]:
+    def _stream(
+        self, exchange: lifecycle.Exchange, r: httpx.Response, upstream: Upstream
+    ) -> AsyncIterator[bytes]:
         if self.native:
             answer = self.codec.assembler()
             answer.our_id = self.conversion.answer_id
-            return relay_native(turn, r, upstream, answer, self.codec.error_event)
-        estimate = turn.sent.tokens_compiled if turn.sent else 0
-        chat = relay(turn, r, upstream)
-        return self.codec.translate(chat, turn.model, estimate, self.conversion)
+            return relay_native(exchange, r, upstream, answer, self.codec.error_event)
+        estimate = exchange.sent.tokens_compiled if exchange.sent else 0
+        chat = relay(exchange, r, upstream)
+        return self.codec.translate(chat, exchange.model, estimate, self.conversion)
 
-    async def _read_native(self, r: httpx.Response, turn: Any, upstream: Any) -> None:
+    async def _read_native(
+        self, r: httpx.Response, exchange: lifecycle.Exchange, upstream: Upstream
+    ) -> None:
         try:
             await up.read(r, upstream)
             data = _json(r.content)
@@ -208,10 +225,10 @@ class Wire:
                     f"that is not an answer ({len(r.content)} bytes)"
                 )
         except ProxyError as exc:
-            await turn.finish(status=exc.status, error=exc.body()["error"])
+            await exchange.finish(status=exc.status, error=exc.body()["error"])
             raise
         if r.status_code < 400:
-            await turn.finish(
+            await exchange.finish(
                 status=r.status_code,
                 response=self.codec.neutral_answer(data),
                 usage=self.codec.usage_to_openai(data.get("usage")),

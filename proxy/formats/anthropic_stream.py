@@ -21,7 +21,8 @@ def error_event(exc: ProxyError) -> bytes:
 async def translate(
     chat: AsyncIterator[bytes], model: str, estimate: int, conversion: Any = None
 ) -> AsyncIterator[bytes]:
-    """Messages events for the chat stream `chat` (as Turn.relay yields it, recorded there)."""
+    """Messages events for the chat stream `chat` (as proxy/exchange/relay.py yields it,
+    recorded there)."""
     async for piece in _Translation(model, estimate).translate(chat):
         yield piece
 
@@ -36,7 +37,7 @@ class _Translation(ChatTranslation):
         self.ended = False
 
     def start(self) -> bytes:
-        message = {
+        message: dict[str, Any] = {
             "id": "msg_" + uuid.uuid4().hex[:24],
             "type": "message",
             "role": "assistant",
@@ -75,7 +76,7 @@ class _Translation(ChatTranslation):
         out, fn = b"", call.get("function") or {}
         name = f"tool:{call.get('index', 0)}"
         if self.block != name:
-            block = {
+            block: dict[str, Any] = {
                 "type": "tool_use",
                 "id": call.get("id") or "toolu_" + uuid.uuid4().hex[:24],
                 "name": fn.get("name") or "",

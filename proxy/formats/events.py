@@ -7,13 +7,17 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import httpx
 
 from proxy.errors import ProxyError, UpstreamInvalid
 from proxy.exchange.relay import whole_events
+from proxy.settings import Upstream
+
+if TYPE_CHECKING:  # it imports this module
+    from proxy.exchange.lifecycle import Exchange
 
 
 def event(name: str, data: dict[str, Any]) -> bytes:
@@ -110,7 +114,9 @@ class Assembler(Protocol):
     our_id: str  # the answer's id in ctxproxy's scheme, where the API's ids are ours
     done: bool
     error: dict[str, Any] | None
-    usage: dict[str, Any] | None
+
+    @property
+    def usage(self) -> dict[str, Any] | None: ...  # read only: the native events count it
 
     def feed(self, chunk: bytes) -> None: ...
     def message(self) -> dict[str, Any]: ...
@@ -118,9 +124,9 @@ class Assembler(Protocol):
 
 
 async def relay_native(
-    turn: Any,
+    exchange: Exchange,
     r: httpx.Response,
-    upstream: Any,
+    upstream: Upstream,
     answer: Assembler,
     error_event: Callable[[ProxyError], bytes],
 ) -> AsyncIterator[bytes]:
@@ -144,7 +150,7 @@ async def relay_native(
             yield error_event(exc)
     finally:
         with anyio.CancelScope(shield=True):
-            await turn.finish(
+            await exchange.finish(
                 status=r.status_code,
                 response=answer.message(),
                 usage=answer.usage,

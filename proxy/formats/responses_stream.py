@@ -23,7 +23,8 @@ def error_event(exc: ProxyError) -> bytes:
 async def translate(
     chat: AsyncIterator[bytes], model: str, estimate: int, conversion: Conversion
 ) -> AsyncIterator[bytes]:
-    """Responses events for the chat stream `chat` (as Turn.relay yields it, recorded there)."""
+    """Responses events for the chat stream `chat` (as proxy/exchange/relay.py yields it,
+    recorded there)."""
     translation = _Translation(responses.skeleton(conversion, model, "in_progress"))
     translation.names = toolnames.names_of(conversion.raw.get("tools"))
     async for piece in translation.translate(chat):

@@ -6,6 +6,7 @@ the upstream to judge."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.errors import BadRequest
@@ -70,7 +71,7 @@ def _anthropic_blocks(blocks: list[Any], where: str) -> None:
         at = f"{where}.{i}"
         kind = _object(block, at).get("type")
         _fields(block, {"type": STR}, at)
-        _fields(block, ANTHROPIC_BLOCKS.get(kind, {}), at)
+        _fields(block, ANTHROPIC_BLOCKS.get(str(kind), {}), at)
         if kind == "image" and isinstance(block.get("source"), dict):
             _fields(block["source"], IMAGE_SOURCE, f"{at}.source")
         if kind == "tool_result" and isinstance(block.get("content"), list):
@@ -81,7 +82,8 @@ def responses_request(raw: dict[str, Any]) -> None:
     _model(raw)
     fields = {"instructions": OPT_STR, "tools": (list, type(None)), "text": (dict, type(None))}
     _fields(raw, fields | {"previous_response_id": OPT_STR, "input": TEXT_OR_LIST}, "")
-    for i, item in enumerate(raw.get("input") if isinstance(raw.get("input"), list) else []):
+    items = raw.get("input")
+    for i, item in enumerate(items if isinstance(items, list) else []):
         at = f"input.{i}"
         kind = _object(item, at).get("type", "message")
         _fields(item, {"type": STR}, at)
@@ -99,7 +101,7 @@ def _responses_parts(parts: list[Any], where: str) -> None:
         at = f"{where}.{i}"
         kind = _object(part, at).get("type")
         _fields(part, {"type": STR}, at)
-        _fields(part, RESPONSES_PARTS.get(kind, {}), at)
+        _fields(part, RESPONSES_PARTS.get(str(kind), {}), at)
 
 
 def _model(raw: dict[str, Any]) -> None:
@@ -113,7 +115,7 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _fields(obj: dict[str, Any], types: dict[str, tuple[type, ...]], where: str) -> None:
+def _fields(obj: dict[str, Any], types: Mapping[str, tuple[type, ...]], where: str) -> None:
     """Each field of `types` present in `obj` has one of its types (bool is no number here)."""
     for key, allowed in types.items():
         if key in obj and not isinstance(obj[key], allowed):

@@ -87,7 +87,9 @@ def _namespaced(tool: dict[str, Any]) -> list[dict[str, Any]]:
 def _custom(tool: dict[str, Any]) -> dict[str, Any]:
     """A freeform tool as a function of one string; its grammar, if any, told in the text."""
     description = str(tool.get("description") or "")
-    fmt = tool.get("format") if isinstance(tool.get("format"), dict) else {}
+    fmt = tool.get("format")
+    if not isinstance(fmt, dict):
+        fmt = {}
     if fmt.get("type") == "grammar" and fmt.get("definition"):
         syntax = fmt.get("syntax", "grammar")
         description += f"\n\nThe input follows this {syntax} grammar:\n{fmt['definition']}"

@@ -1,7 +1,5 @@
-"""Tool definitions and tool_choice in each API's own format, from and to OpenAI chat's.
-
-Reusable on their own: a tool the proxy offers itself (recall) is written once as an OpenAI
-function tool and turned into an Anthropic or a Responses tool with these functions."""
+"""Tool definitions and tool_choice in each API's own format, as OpenAI chat's (the recall tool
+is offered only on translated exchanges, so nothing goes the other way)."""
 
 from __future__ import annotations
 
@@ -19,26 +17,10 @@ def anthropic_to_openai(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def openai_to_anthropic(tool: dict[str, Any]) -> dict[str, Any]:
-    fn = tool.get("function") or {}
-    out = {"name": fn.get("name", ""), "input_schema": fn.get("parameters") or EMPTY_SCHEMA}
-    if fn.get("description"):
-        out["description"] = fn["description"]
-    return out
-
-
 def responses_to_openai(tool: dict[str, Any]) -> dict[str, Any]:
     function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
     function.setdefault("parameters", EMPTY_SCHEMA)
     return {"type": "function", "function": function}
-
-
-def openai_to_responses(tool: dict[str, Any]) -> dict[str, Any]:
-    fn = tool.get("function") or {}
-    out = {"type": "function", "name": fn.get("name", "")}
-    out.update({k: fn[k] for k in ("description", "parameters", "strict") if k in fn})
-    out.setdefault("parameters", EMPTY_SCHEMA)
-    return out
 
 
 def anthropic_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -82,7 +64,7 @@ def anthropic_tool_choice(choice: Any) -> tuple[Any, bool | None]:
     kind = choice.get("type")
     if kind == "tool":
         return {"type": "function", "function": {"name": choice.get("name", "")}}, parallel
-    return {"auto": "auto", "any": "required", "none": "none"}.get(kind), parallel
+    return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind)), parallel
 
 
 def responses_tool_choice(choice: Any) -> Any:

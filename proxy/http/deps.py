@@ -6,7 +6,7 @@ import base64
 import binascii
 import hashlib
 import hmac
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
@@ -14,13 +14,20 @@ from starlette.concurrency import run_in_threadpool
 from proxy.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from proxy.formats.chat import parse_json
 
+if TYPE_CHECKING:
+    from proxy.app import Services
 
-def _services(request: Request) -> Any:
-    return request.app.state.services
+
+def _services(request: Request) -> Services:
+    return request.app.state.services  # type: ignore[no-any-return]  # starlette's state is untyped
 
 
-# Typed as Any to keep routes free of an import cycle with app.py; it is proxy.app.Services.
-ServicesDep = Annotated[Any, Depends(_services)]
+# FastAPI reads this annotation at run time, where proxy.app would be an import cycle (app.py
+# imports the routes): the checker sees Services, the running app the same object as Any.
+if TYPE_CHECKING:
+    ServicesDep = Annotated[Services, Depends(_services)]
+else:
+    ServicesDep = Annotated[Any, Depends(_services)]
 
 
 def bearer_token(request: Request) -> str | None:

@@ -1,4 +1,5 @@
-"""What operators see: Prometheus metrics per app and one JSON access-log line per chat request.
+"""Prometheus metrics per app; each finished chat exchange counted here and handed to the
+access log (proxy/observe/access_log.py).
 
 Metrics live in a `CollectorRegistry` built per app (no global registry), so tests can build many
 apps. With several uvicorn workers each process has its own registry: a scrape sees one worker.
@@ -6,20 +7,19 @@ apps. With several uvicorn workers each process has its own registry: a scrape s
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy.observe import access_log
 from strategies.base import CompactionEvent
 
-access_log = logging.getLogger("ctxproxy.access")
+if TYPE_CHECKING:  # it imports this module
+    from proxy.exchange.lifecycle import Exchange
 
 # LLM answers take seconds to minutes: the default buckets stop at 10 s.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -103,7 +103,7 @@ class Metrics:
 
 
 @dataclass
-class Exchange:
+class FinishedExchange:
     """Everything about one finished chat exchange that metrics and the access log need."""
 
     session: str
@@ -129,7 +129,7 @@ class Exchange:
 
 
 def exchange_finished(
-    turn: Any,
+    exchange: Exchange,
     status: int,
     now: float,
     first: float | None,
@@ -137,18 +137,20 @@ def exchange_finished(
     partial: bool,
     error: dict[str, Any] | None,
 ) -> None:
-    """Called by exchange.Turn.finish once the exchange is recorded: count it, log it."""
-    sent, ref = turn.sent, turn.ref
-    figures = sent or turn.refused  # a refused request's figures are what it needed
-    x = Exchange(
+    """Called by exchange.Exchange.finish once the exchange is recorded: count it, log it."""
+    sent, ref = exchange.sent, exchange.ref
+    if ref is None:  # only a recorded exchange finishes
+        return
+    figures = sent or exchange.refused  # a refused request's figures are what it needed
+    x = FinishedExchange(
         session=ref.session_id,
         seq=ref.seq,
-        model=turn.model,
-        upstream=turn.upstream,
-        stream=turn.stream,
+        model=exchange.model,
+        upstream=exchange.upstream,
+        stream=exchange.stream,
         status=status,
-        latency_s=now - turn.started,
-        ttft_s=None if first is None else first - turn.started,
+        latency_s=now - exchange.started,
+        ttft_s=None if first is None else first - exchange.started,
         tokens_original=figures.tokens_original if figures else 0,
         tokens_compiled=figures.tokens_compiled if figures else 0,
         budget=figures.prompt_budget if figures else None,
@@ -157,27 +159,26 @@ def exchange_finished(
         events=list(sent.events) if sent else [],
         partial=partial,
         error=error,
-        messages=turn.messages,
+        messages=exchange.messages,
         response=response,
-        recalls=turn.rounds.records if turn.rounds else [],
-        tools_removed=list(getattr(turn, "tools_removed", [])),
+        recalls=exchange.rounds.records if exchange.rounds else [],
+        tools_removed=list(exchange.tools_removed),
     )
-    services = turn.services
+    services = exchange.services
     observe(services.metrics, x, log_content=services.settings.log_content)
 
 
-def observe(metrics: Metrics | None, x: Exchange, *, log_content: bool) -> None:
+def observe(metrics: Metrics | None, x: FinishedExchange, *, log_content: bool) -> None:
     """Count the exchange and write its access-log line. Never raises into the request."""
     try:
         if metrics is not None:
             _count(metrics, x)
-        if access_log.isEnabledFor(logging.INFO):
-            access_log.info(json.dumps(access_record(x, log_content), default=str))
+        access_log.write(x, log_content)
     except Exception:  # observing must never fail the exchange it observes
         logging.getLogger("ctxproxy").exception("observing an exchange failed")
 
 
-def _count(m: Metrics, x: Exchange) -> None:
+def _count(m: Metrics, x: FinishedExchange) -> None:
     stream = "true" if x.stream else "false"
     m.chat_requests.labels(x.upstream, str(x.status), stream).inc()
     m.chat_latency.labels(x.upstream, stream).observe(x.latency_s)
@@ -208,59 +209,6 @@ def upstream_error_kind(status: int, error: dict[str, Any] | None) -> str | None
     if status >= 400:
         return f"http_{status}"
     return "stream" if error else None
-
-
-def access_record(x: Exchange, log_content: bool) -> dict[str, Any]:
-    phases = list(dict.fromkeys(e.label for e in x.events if not e.replayed))
-    record: dict[str, Any] = {
-        "event": "chat",
-        "session": x.session,
-        "seq": x.seq,
-        "model": x.model,
-        "upstream": x.upstream,
-        "status": x.status,
-        "stream": x.stream,
-        "partial": x.partial,
-        "latency_ms": round(x.latency_s * 1000, 1),
-        "ttft_ms": None if x.ttft_s is None else round(x.ttft_s * 1000, 1),
-        "tokens_original": x.tokens_original,
-        "tokens_compiled": x.tokens_compiled,
-        "budget": x.budget,
-        "window": x.window,
-        "phases": phases,
-        "pid": os.getpid(),
-    }
-    if x.recalls:
-        record["recalls"] = [c["outcome"] for c in x.recalls]
-    if x.tools_removed:  # the client offered them; the translated request could not carry them
-        record["tools_removed"] = [t.get("name") or t.get("type") for t in x.tools_removed]
-    if x.error:
-        # Type and code only: an upstream's error message may quote the prompt.
-        record["error"] = {"type": x.error.get("type"), "code": x.error.get("code")}
-    if log_content:
-        record["messages"] = x.messages
-        record["response"] = x.response
-        if x.error:
-            record["error"]["message"] = x.error.get("message")
-    return record
-
-
-def configure_logging(level: str) -> None:
-    """Plain lines for the app's loggers; bare JSON lines for the access log (one per request)."""
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # One line per upstream call says nothing the access log does not: keep it for debugging.
-    quiet = max(logging.WARNING, logging.getLevelName(level.upper()))
-    logging.getLogger("httpx").setLevel(quiet)
-    # Alembic's plugin set-up and context lines say nothing to an operator: `serve` says once
-    # where the database is and whether it was created or upgraded.
-    logging.getLogger("alembic").setLevel(quiet)
-    if not access_log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        access_log.addHandler(handler)
-        access_log.propagate = False
 
 
 class RequestMetrics:

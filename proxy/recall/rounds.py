@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.concurrency import run_in_threadpool
@@ -20,8 +20,13 @@ from proxy.errors import UpstreamInvalid
 from proxy.exchange.compile import Compiled
 from proxy.exchange.tokens import REPLY_PRIMING
 from proxy.recall import tool as recall
+from proxy.settings import Upstream
+from proxy.store import RequestRef
 from proxy.upstream import answers
 from proxy.upstream import send as up
+
+if TYPE_CHECKING:  # it imports this module, through the routes
+    from proxy.app import Services
 
 OVERHEAD = 32  # tokens of the assistant call and tool result wrapping a recalled text
 USEFUL_ROOM = 2 * recall.MIN_ROOM  # tokens: the least a first recalled excerpt should have
@@ -45,14 +50,14 @@ class Rounds:
 
     def __init__(
         self,
-        services: Any,
-        upstream: Any,
+        services: Services,
+        upstream: Upstream,
         body: dict[str, Any],
         compiled: Compiled,
         raw: list[dict[str, Any]],
         hashes: list[str],
         factor: float,
-        ref: Any = None,
+        ref: RequestRef | None = None,
     ) -> None:
         self.services, self.upstream = services, upstream
         self.body = body  # the client's request with the recall tool added
@@ -192,13 +197,12 @@ class Rounds:
         outgoing = self.request(stream)
         self.sent += 1
         started = time.monotonic()
-        r = await up.send(
+        r = await up.ask(
             self.services.client,
             self.upstream,
-            "POST",
             "/chat/completions",
-            json=outgoing,
-            stream=True,
+            outgoing,
+            window=self.compiled.window,
         )
         if stream and r.status_code < 400 and up.is_event_stream(r):
             return r
@@ -312,7 +316,9 @@ def _call_message(message: dict[str, Any], calls: list[dict[str, Any]]) -> dict[
 
 def _short(call: dict[str, Any]) -> dict[str, Any]:
     fn = call.get("function")
-    arguments = fn.get("arguments") if isinstance(fn, dict) else None
+    if not isinstance(fn, dict):
+        return call
+    arguments = fn.get("arguments")
     if not isinstance(arguments, str) or len(arguments) <= SHOWN_ARGUMENTS:
         return call
     left = json.dumps({"left_out": f"{len(arguments):,} characters of arguments"})

@@ -78,7 +78,9 @@ class StreamFilter:
         for choice in data.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                delta = {}
             if isinstance(delta.get("content"), str):
                 self.text.append(delta["content"])
             if delta.get("tool_calls"):

@@ -154,6 +154,7 @@ def _by_ref(
             "bad_call",
         )
     digest, first, last = m.groups()
+    positions: Sequence[int]
     if digest:
         digest = digest.lower()
         found = [i for i, h in enumerate(hashes) if h.startswith(digest)]

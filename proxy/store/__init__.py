@@ -1,6 +1,7 @@
 """Durable storage: sessions, their raw histories (never rewritten) and exchange records."""
 
 from proxy.store.reads import AmbiguousPrefix
+from proxy.store.request import NewRequest
 from proxy.store.store import Store
 from proxy.store.views import (
     ExchangeDetail,
@@ -21,6 +22,7 @@ __all__ = [
     "ExchangePage",
     "ExchangeSummary",
     "History",
+    "NewRequest",
     "RequestRef",
     "SessionDetail",
     "SessionPage",

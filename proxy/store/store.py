@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from proxy.store.models import (
     ViewStateRow,
     utcnow,
 )
+from proxy.store.request import NewRequest
 from proxy.store.views import (
     ExchangeDetail,
     ExchangePage,
@@ -74,31 +75,13 @@ class Store:
 
     # --- writes ----------------------------------------------------------------------------
 
-    def record_request(
-        self,
-        session_id: str,
-        *,
-        source: str,
-        messages: list[dict[str, Any]],
-        request: dict[str, Any],
-        key_id: str | None = None,
-        model: str,
-        upstream: str,
-        stream: bool,
-        compiled: list[dict[str, Any]],
-        tokens_original: int,
-        tokens_compiled: int,
-        budget: int | None,
-        window: int | None,
-        pipeline: list[str],
-        events: list[dict[str, Any]],
-        decided: states.Decisions | None = None,
-        hashes: list[str] | None = None,
-    ) -> RequestRef:
-        """Store a request's history and open its exchange, committed before this returns.
-
-        `decided`: the compile's decisions, the state the branch's next turn starts from;
-        `hashes`: message_hash of each message, when the caller has them already."""
+    def record_request(self, new: NewRequest) -> RequestRef:
+        """Store a request's history and open its exchange, committed before this returns."""
+        session_id, source, key_id = new.session_id, new.source, new.key_id
+        messages, request, model, upstream = new.messages, new.request, new.model, new.upstream
+        stream, compiled, pipeline, events = new.stream, new.compiled, new.pipeline, new.events
+        tokens_original, tokens_compiled = new.tokens_original, new.tokens_compiled
+        budget, window, decided, hashes = new.budget, new.window, new.decided, new.hashes
         if not messages:
             raise ValueError("a request needs at least one message")
         raw = hashes if hashes is not None else hash_messages(messages)
@@ -232,7 +215,7 @@ class Store:
         usage: dict[str, Any] | None,
         error: dict[str, Any] | None,
         attempts: list[dict[str, Any]] | None = None,
-        choices: list[dict[str, Any]] | None = None,
+        choices: Sequence[dict[str, Any] | None] | None = None,
         recalls: list[dict[str, Any]] | None = None,
         sent_usage: dict[str, Any] | None = None,
     ) -> None:

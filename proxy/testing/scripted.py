@@ -174,14 +174,14 @@ class Script:
         if model == "tight":  # a llama.cpp-like server whose real window is 2,000 tokens
             used = len(json.dumps(body["messages"])) // 4
             if used >= 2000:
-                err = {
+                exceeded = {
                     "code": 400,
                     "type": "exceed_context_size_error",
                     "message": "the request exceeds the available context size",
                     "n_prompt_tokens": used,
                     "n_ctx": 2000,
                 }
-                return JSONResponse({"error": err}, status_code=400)
+                return JSONResponse({"error": exceeded}, status_code=400)
         if model == "hang":
             await asyncio.sleep(3600)
         if model == "tools":

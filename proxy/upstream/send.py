@@ -1,9 +1,9 @@
-"""Talking to model servers: forwarding requests and relaying their answers."""
+"""Talking to model servers: sending requests and reading their answers."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from json import dumps as json_dumps
 from typing import Any
 
@@ -135,6 +135,31 @@ async def send(
         raise unreachable(upstream, method, url, exc) from None
 
 
+async def ask(
+    client: httpx.AsyncClient,
+    upstream: Upstream,
+    path: str,
+    body: dict[str, Any],
+    *,
+    window: int | None,
+    headers: Mapping[str, str] | None = None,
+) -> httpx.Response:
+    """The one way a request for an answer (chat completions, Messages, Responses; recall
+    rounds too) reaches a model server, with what that upstream needs for the `window` the
+    view was compiled for; the answer comes back unread, for the caller to stream or read."""
+    outgoing = for_window(upstream, body, window)
+    return await send(client, upstream, "POST", path, json=outgoing, headers=headers, stream=True)
+
+
+def for_window(upstream: Upstream, body: dict[str, Any], window: int | None) -> dict[str, Any]:
+    """`body` as `upstream` must get it to use the whole window (a copy, where that differs)."""
+    options = body.get("options")
+    if upstream.kind == "ollama" and window and isinstance(options, dict | None):
+        # Ollama silently truncates to its num_ctx: make it the window we compiled for.
+        return {**body, "options": {"num_ctx": window, **(options or {})}}
+    return body
+
+
 DISCONNECTED = "Server disconnected"  # httpcore's words for a close before any answer
 
 
@@ -224,13 +249,15 @@ async def read(r: httpx.Response, upstream: Upstream) -> bytes:
             await r.aclose()
 
 
-async def relay(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
+async def stream_body(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they arrive; a failure mid-stream ends in an SSE error."""
-    async for part in relay_parts(r, upstream):
+    async for part in body_parts(r, upstream):
         yield sse_error(part) if isinstance(part, ProxyError) else part
 
 
-async def relay_parts(r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes | ProxyError]:
+async def body_parts(
+    r: httpx.Response, upstream: Upstream
+) -> AsyncGenerator[bytes | ProxyError, None]:
     """The upstream's bytes as they arrive, then the error that ended them early, if any."""
     size = 0
     try:

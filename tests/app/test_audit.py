@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.store import Store
+from proxy.store.request import NewRequest
 from strategies.base import message_hash, original_ref
 
 LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
@@ -46,20 +47,22 @@ def fill(store: Store) -> dict[str, Any]:
             compiled[1] = folded
             events = [EVENT]
         ref = store.record_request(
-            "agent",
-            source="header",
-            messages=list(history),
-            request={"model": "llama", "messages": history, "max_tokens": 64},
-            model="llama",
-            upstream="local",
-            stream=turn == 2,
-            compiled=compiled,
-            tokens_original=500,
-            tokens_compiled=120 if events else 500,
-            budget=900,
-            window=1024,
-            pipeline=["traceback", "tiered"],
-            events=events,
+            NewRequest(
+                session_id="agent",
+                source="header",
+                messages=list(history),
+                request={"model": "llama", "messages": history, "max_tokens": 64},
+                model="llama",
+                upstream="local",
+                stream=turn == 2,
+                compiled=compiled,
+                tokens_original=500,
+                tokens_compiled=120 if events else 500,
+                budget=900,
+                window=1024,
+                pipeline=["traceback", "tiered"],
+                events=events,
+            )
         )
         answer = {"role": "assistant", "content": f"answer {turn}"}
         store.finish_exchange(
@@ -78,20 +81,22 @@ def fill(store: Store) -> dict[str, Any]:
         )
         history.append(answer)
     store.record_request(
-        "other",
-        source="fingerprint",
-        messages=[{"role": "user", "content": "hi"}],
-        request={"model": "llama"},
-        model="llama",
-        upstream="local",
-        stream=False,
-        compiled=[{"role": "user", "content": "hi"}],
-        tokens_original=5,
-        tokens_compiled=5,
-        budget=None,
-        window=None,
-        pipeline=[],
-        events=[],
+        NewRequest(
+            session_id="other",
+            source="fingerprint",
+            messages=[{"role": "user", "content": "hi"}],
+            request={"model": "llama"},
+            model="llama",
+            upstream="local",
+            stream=False,
+            compiled=[{"role": "user", "content": "hi"}],
+            tokens_original=5,
+            tokens_compiled=5,
+            budget=None,
+            window=None,
+            pipeline=[],
+            events=[],
+        )
     )
     return {"history": history, "folded": folded}
 

@@ -9,6 +9,7 @@ import pytest
 
 from proxy.cli import commands as cli
 from proxy.store import Store
+from proxy.store.request import NewRequest
 
 EVENTS = [
     {"strategy": "traceback", "phase": None, "tokens_before": 900, "tokens_after": 400},
@@ -31,20 +32,22 @@ def filled(config: Path, tmp_path: Path) -> None:
     for turn in range(3):
         history.append({"role": "user", "content": f"turn {turn}"})
         ref = store.record_request(
-            "agent-7",
-            source="path",
-            messages=list(history),
-            request={"model": "qwen"},
-            model="qwen",
-            upstream="local",
-            stream=True,
-            compiled=list(history),
-            tokens_original=1200 * (turn + 1),
-            tokens_compiled=900,
-            budget=1000,
-            window=2048,
-            pipeline=["traceback", "tiered"],
-            events=EVENTS if turn == 2 else [],
+            NewRequest(
+                session_id="agent-7",
+                source="path",
+                messages=list(history),
+                request={"model": "qwen"},
+                model="qwen",
+                upstream="local",
+                stream=True,
+                compiled=list(history),
+                tokens_original=1200 * (turn + 1),
+                tokens_compiled=900,
+                budget=1000,
+                window=2048,
+                pipeline=["traceback", "tiered"],
+                events=EVENTS if turn == 2 else [],
+            )
         )
         if turn < 2:  # the last turn is still in flight
             answer = {"role": "assistant", "content": f"done {turn}"}
@@ -126,20 +129,22 @@ def test_sessions_shows_retries_and_refusals_apart(
     }
     for status, error in ((502, {"code": "upstream_unavailable"}), (400, refused), (400, refused)):
         ref = store.record_request(
-            "retried",
-            source="header",
-            messages=history,
-            request={"model": "qwen"},
-            model="qwen",
-            upstream="local",
-            stream=False,
-            compiled=[] if status == 400 else history,
-            tokens_original=5000,
-            tokens_compiled=4500,
-            budget=3000,
-            window=4096,
-            pipeline=["tiered"],
-            events=[],
+            NewRequest(
+                session_id="retried",
+                source="header",
+                messages=history,
+                request={"model": "qwen"},
+                model="qwen",
+                upstream="local",
+                stream=False,
+                compiled=[] if status == 400 else history,
+                tokens_original=5000,
+                tokens_compiled=4500,
+                budget=3000,
+                window=4096,
+                pipeline=["tiered"],
+                events=[],
+            )
         )
         store.finish_exchange(
             ref,

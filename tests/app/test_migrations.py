@@ -16,6 +16,7 @@ import migrations
 from proxy.cli.commands import main
 from proxy.store import Store
 from proxy.store.models import Base
+from proxy.store.request import NewRequest
 from proxy.testing.postgres import postgres_database
 
 TABLES = {
@@ -70,20 +71,22 @@ def test_upgrading_a_current_database_keeps_its_data(tmp_path: Path) -> None:
     store.upgrade()
     msgs = [{"role": "user", "content": "remember me"}]
     store.record_request(
-        "s1",
-        source="header",
-        messages=msgs,
-        request={},
-        model="m",
-        upstream="u",
-        stream=False,
-        compiled=msgs,
-        tokens_original=3,
-        tokens_compiled=3,
-        budget=None,
-        window=None,
-        pipeline=[],
-        events=[],
+        NewRequest(
+            session_id="s1",
+            source="header",
+            messages=msgs,
+            request={},
+            model="m",
+            upstream="u",
+            stream=False,
+            compiled=msgs,
+            tokens_original=3,
+            tokens_compiled=3,
+            budget=None,
+            window=None,
+            pipeline=[],
+            events=[],
+        )
     )
     store.close()
     again = Store(f"sqlite:///{tmp_path / 'kept.db'}")

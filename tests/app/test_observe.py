@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.app import app_from_env, create_app
 from proxy.http.deps import key_id
+from proxy.observe import access_log
 from proxy.observe import metrics as observe
 from proxy.settings import Settings
 from proxy.testing.scripted import Script
@@ -266,7 +267,7 @@ def test_app_factory_reads_the_config_named_by_the_environment(
     cfg = tmp_path / "config.yaml"
     cfg.write_text(f"database_url: sqlite:///{tmp_path / 'f.db'}\nlog_content: true\n")
     monkeypatch.setenv("CTXPROXY_CONFIG", str(cfg))
-    monkeypatch.setattr(observe, "configure_logging", lambda level: None)  # keep caplog's root
+    monkeypatch.setattr(access_log, "configure_logging", lambda level: None)  # keep caplog's root
     app = app_from_env()
     with TestClient(app, client=("127.0.0.1", 5000), base_url=LOCAL) as c:
         assert c.get("/metrics").status_code == 200

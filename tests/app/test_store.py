@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 
 from proxy.store import AmbiguousPrefix, RequestRef, Store
 from proxy.store.models import EntryRow, ExchangeRow, MessageRow
+from proxy.store.request import NewRequest
 from proxy.testing.postgres import postgres_database
 from strategies.base import message_hash, original_ref
 
@@ -80,7 +81,13 @@ def record(
         events=[EVENT],
     )
     args.update(kw)
-    return store.record_request(session, messages=messages, **args)
+    return store.record_request(
+        NewRequest(
+            session_id=session,
+            messages=messages,
+            **args,
+        )
+    )
 
 
 def finish(store: Store, ref: RequestRef, answer: dict[str, Any] | None, **kw: Any) -> None:

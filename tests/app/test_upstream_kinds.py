@@ -132,6 +132,36 @@ def test_ollama_window_from_show_and_num_ctx_set(tmp_path: Path) -> None:
     assert int(r.headers["x-ctxproxy-budget"]) <= 8192 - 100
 
 
+def test_ollama_recall_rounds_carry_num_ctx(tmp_path: Path) -> None:
+    # A recall round is a second request for the same answer: Ollama must get the same window,
+    # or it silently truncates the round's prompt to its default num_ctx.
+    sent: list[dict] = []
+
+    def ollama(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/show":
+            info = {"general.architecture": "llama", "llama.context_length": 8192}
+            return httpx.Response(200, json={"model_info": info})
+        sent.append(json.loads(request.content))
+        if len(sent) == 1:
+            args = json.dumps({"query": "ValueError"})
+            call = {"id": "r1", "type": "function"}
+            call["function"] = {"name": "ctxproxy_recall", "arguments": args}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+            return httpx.Response(200, json={"choices": [choice], "usage": {"prompt_tokens": 9}})
+        return chat_ok(sent[-1])
+
+    with client_for(tmp_path, "ollama", ollama) as client:
+        r = client.post(
+            "/v1/chat/completions",
+            json={"model": "llama3.2", "messages": history(40), "max_tokens": 100},
+        )
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "ok"
+    assert len(sent) == 2  # the recall call answered by ctxproxy, then the model asked again
+    assert [body.get("options") for body in sent] == [{"num_ctx": 8192}] * 2
+
+
 def test_discovery_failure_falls_back_without_compaction(tmp_path: Path) -> None:
     def broken(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/props":

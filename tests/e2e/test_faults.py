@@ -144,7 +144,7 @@ def test_no_answer_at_all_is_a_gateway_error_and_stored(
     r = proxy.post({"model": fault, "messages": HELLO, "stream": stream})
     assert envelope(r, status)["code"] == code
     assert proxy.let_go()
-    x = proxy.exchange.lifecycle()
+    x = proxy.exchange()
     assert x["exchange"]["status"] == status and x["error"]["code"] == code
     assert x["request"]["messages"] == HELLO and x["response"] is None
 
@@ -171,7 +171,7 @@ def test_stream_failing_midway_ends_in_an_sse_error_and_is_stored_partial(
     relayed = "".join(events[:-2])
     assert "cut off" not in relayed and "<html>" not in relayed
     assert proxy.let_go(script)
-    x = proxy.exchange.lifecycle()
+    x = proxy.exchange()
     assert x["exchange"]["status"] == 200 and x["exchange"]["partial"] is True
     assert x["error"]["code"] == code
     assert (x["response"] or {}).get("content") == partial
@@ -188,7 +188,7 @@ def test_upstream_error_status_passes_through_and_is_stored(
     assert r.json()["error"]["message"] == f"scripted failure {code}"
     assert r.headers.get("retry-after") == ("7" if code == 429 else None)
     assert proxy.let_go()
-    x = proxy.exchange.lifecycle()
+    x = proxy.exchange()
     assert x["exchange"]["status"] == code
     assert x["error"]["message"] == f"scripted failure {code}"
 
@@ -208,7 +208,7 @@ def test_client_gone_mid_stream_cancels_upstream_and_stores_partial(faulty, scri
         lines = r.iter_lines()
         next(lines), next(lines)
     assert proxy.let_go(script) and script.slow_finished == [False]
-    x = proxy.exchange.lifecycle()
+    x = proxy.exchange()
     assert x["exchange"]["partial"] is True and x["response"]["content"].startswith("0 ")
 
 
@@ -268,7 +268,7 @@ def test_slow_reader_and_slow_sender_hold_up_no_one_else(faulty, script: Script)
     finally:
         reader.close()
         half.close()
-    x = proxy.exchange.lifecycle(f"raw-{proxy.server.port}")
+    x = proxy.exchange(f"raw-{proxy.server.port}")
     assert x["exchange"]["status"] == 200 and x["exchange"]["partial"] is False
     assert len(x["response"]["content"]) == 64 * 65536
 
@@ -465,7 +465,7 @@ def test_broken_pairing_repaired_when_configured(faulty, script: Script) -> None
     assert sent[2]["role"] == "tool" and sent[2]["tool_call_id"] == "call_x"
     assert proxy.post({"model": "echo", "messages": ORPHAN}, sid="f-2").status_code == 200
     assert script.received[-1]["messages"] == [ORPHAN[0], ORPHAN[2]]
-    x = proxy.exchange.lifecycle()
+    x = proxy.exchange()
     assert x["request"]["messages"] == UNANSWERED  # the raw history, as sent
     assert x["compiled_request"]["messages"] == sent
 

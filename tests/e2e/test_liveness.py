@@ -15,6 +15,7 @@ import pytest
 
 from proxy.store import Store
 from proxy.store.heartbeat import Liveness
+from proxy.store.request import NewRequest
 from proxy.testing.postgres import postgres_database
 
 HOST = socket.gethostname()
@@ -37,20 +38,22 @@ def a_dead_pid() -> int:
 
 def open_exchange(store: Store, sid: str, progress: str | None) -> None:
     ref = store.record_request(
-        sid,
-        source="header",
-        messages=[{"role": "user", "content": "hi"}],
-        request={"model": "m"},
-        model="m",
-        upstream="u",
-        stream=True,
-        compiled=[{"role": "user", "content": "hi"}],
-        tokens_original=1,
-        tokens_compiled=1,
-        budget=None,
-        window=None,
-        pipeline=[],
-        events=[],
+        NewRequest(
+            session_id=sid,
+            source="header",
+            messages=[{"role": "user", "content": "hi"}],
+            request={"model": "m"},
+            model="m",
+            upstream="u",
+            stream=True,
+            compiled=[{"role": "user", "content": "hi"}],
+            tokens_original=1,
+            tokens_compiled=1,
+            budget=None,
+            window=None,
+            pipeline=[],
+            events=[],
+        )
     )
     if progress is not None:
         store.save_progress(ref, {"role": "assistant", "content": progress})

@@ -11,6 +11,7 @@ import pytest
 from proxy.errors import BadRequest
 from proxy.formats.chat import chat_head, parse_chat, parse_json
 from proxy.store import Store
+from proxy.store.request import NewRequest
 from proxy.store.store import AHEAD_FROM, hash_messages
 from strategies.base import canonical_json, content_key, message_hash
 
@@ -99,21 +100,23 @@ def test_a_long_new_history_is_stored_whole_and_in_order(tmp_path: Path) -> None
     messages = [{"role": "user" if i % 2 else "assistant", "content": f"m{i}"} for i in range(n)]
     messages[0] = {"role": "system", "content": "s"}
     ref = store.record_request(
-        "long",
-        source="header",
-        messages=messages,
-        request={},
-        model="m",
-        upstream="u",
-        stream=False,
-        compiled=messages,
-        tokens_original=1,
-        tokens_compiled=1,
-        budget=None,
-        window=None,
-        pipeline=[],
-        events=[],
-        hashes=hash_messages(messages),
+        NewRequest(
+            session_id="long",
+            source="header",
+            messages=messages,
+            request={},
+            model="m",
+            upstream="u",
+            stream=False,
+            compiled=messages,
+            tokens_original=1,
+            tokens_compiled=1,
+            budget=None,
+            window=None,
+            pipeline=[],
+            events=[],
+            hashes=hash_messages(messages),
+        )
     )
     assert ref.new_messages == n
     history = store.get_history("long")
@@ -121,20 +124,22 @@ def test_a_long_new_history_is_stored_whole_and_in_order(tmp_path: Path) -> None
     assert [m.message for m in history.messages] == messages
     grown = [*messages, {"role": "assistant", "content": "next"}]
     again = store.record_request(
-        "long",
-        source="header",
-        messages=grown,
-        request={},
-        model="m",
-        upstream="u",
-        stream=False,
-        compiled=grown,
-        tokens_original=1,
-        tokens_compiled=1,
-        budget=None,
-        window=None,
-        pipeline=[],
-        events=[],
+        NewRequest(
+            session_id="long",
+            source="header",
+            messages=grown,
+            request={},
+            model="m",
+            upstream="u",
+            stream=False,
+            compiled=grown,
+            tokens_original=1,
+            tokens_compiled=1,
+            budget=None,
+            window=None,
+            pipeline=[],
+            events=[],
+        )
     )
     assert (again.seq, again.new_messages) == (2, 1)
     store.close()

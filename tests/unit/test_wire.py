@@ -101,11 +101,12 @@ def test_bad_messages_refused() -> None:
         anthropic.to_neutral({"model": "m", "messages": [{"role": "tool", "content": "x"}]})
 
 
-def test_tool_definitions_round_trip() -> None:
+def test_tool_definitions_as_chat_functions() -> None:
     tool = {"name": "t", "description": "d", "input_schema": {"type": "object"}}
-    assert tools.openai_to_anthropic(tools.anthropic_to_openai(tool)) == tool
-    fn = {"type": "function", "name": "t", "description": "d", "parameters": {"type": "object"}}
-    assert tools.openai_to_responses(tools.responses_to_openai(fn)) == fn
+    function = {"name": "t", "description": "d", "parameters": {"type": "object"}}
+    assert tools.anthropic_to_openai(tool) == {"type": "function", "function": function}
+    fn = {"type": "function", **function}
+    assert tools.responses_to_openai(fn) == {"type": "function", "function": function}
     assert tools.anthropic_tool_choice({"type": "any", "disable_parallel_tool_use": True}) == (
         "required",
         False,

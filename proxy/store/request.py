@@ -1,0 +1,30 @@
+"""What one request is recorded from: its history, where it goes and the view compiled for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # states imports the store's statement modules, which need none of this
+    from proxy.store.states import Decisions
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewRequest:
+    session_id: str
+    source: str  # how the session was identified: "header", "path", "fingerprint", …
+    messages: list[dict[str, Any]]  # the raw history as the client sent it
+    request: dict[str, Any]  # the other request fields, kept as the exchange's params
+    key_id: str | None = None  # the client key's id, where keys are configured
+    model: str
+    upstream: str
+    stream: bool
+    compiled: list[dict[str, Any]]  # the view sent upstream
+    tokens_original: int
+    tokens_compiled: int
+    budget: int | None
+    window: int | None
+    pipeline: list[str]
+    events: list[dict[str, Any]]
+    decided: Decisions | None = None  # the compile's decisions: the branch's next turn starts there
+    hashes: list[str] | None = None  # message_hash of each message, when the caller has them
