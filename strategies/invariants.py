@@ -135,8 +135,9 @@ def _head_cut(content: str, sent: str | None) -> bool:
     last resort's form that uses the room left)."""
     head, sep, rest = content.rpartition("\n[… ")
     note, _, tail = rest.partition("]\n")
-    ok = bool(sep) and sent is not None and CUT_NOTE in note
-    return ok and sent.startswith(head) and sent.endswith(tail)
+    if not sep or sent is None or CUT_NOTE not in note:
+        return False
+    return sent.startswith(head) and sent.endswith(tail)
 
 
 def _marker_after(content: Any, sent: Any) -> bool:

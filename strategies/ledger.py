@@ -162,7 +162,7 @@ def _parse(text: str, role: str) -> tuple[tuple[str, str, str | None], ...]:
 @text_cache()
 def _settings(text: str) -> tuple[tuple[str, str, str | None], ...]:
     """`key = value` lines of a configuration file the agent read (not any output's lines)."""
-    found = []
+    found: list[tuple[str, str, str | None]] = []
     for line in text.split("\n"):
         m = SETTING.match(line)
         if m and len(found) < TOOL_FACTS:
@@ -172,11 +172,11 @@ def _settings(text: str) -> tuple[tuple[str, str, str | None], ...]:
 
 def read_targets(raw: Sequence[Message]) -> dict[str, str]:
     """tool_call_id -> what the call names (its arguments as text), to tell a config read."""
-    out = {}
+    out: dict[str, str] = {}
     for msg in raw:
         for call in tool_calls(msg):
-            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-            args = fn.get("arguments")
+            fn = call.get("function")
+            args = fn.get("arguments") if isinstance(fn, dict) else None
             out[str(call.get("id"))] = args if isinstance(args, str) else json.dumps(args)
     return out
 
