@@ -10,6 +10,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from strategies.options import (
+    KEEP_RECENT,
+    FoldOptions,
+    ForgetOptions,
+    TieredOptions,
+    TracebackOptions,
+)
+
 LOCAL_CONFIG = Path("config.yaml")
 
 
@@ -58,32 +66,33 @@ class Upstream(_Strict):
         return api in self.apis if self.apis is not None else self.kind != "openai"
 
 
+# The strategies' options, checked; their defaults are the strategies' own (strategies/options.py).
 class TracebackSettings(_Strict):
-    min_chars: int = Field(2000, ge=0)
-    head_lines: int = Field(10, ge=0)
-    tail_lines: int = Field(10, ge=0)
-    keep_recent: int = Field(2, ge=0)
+    min_chars: int = Field(TracebackOptions.min_chars, ge=0)
+    head_lines: int = Field(TracebackOptions.head_lines, ge=0)
+    tail_lines: int = Field(TracebackOptions.tail_lines, ge=0)
+    keep_recent: int = Field(KEEP_RECENT, ge=0)
 
 
 class TieredSettings(_Strict):
-    keep_recent: int = Field(2, ge=0)
-    truncate_chars: int = Field(200, ge=0)
-    user_min_chars: int = Field(2000, ge=0)
+    keep_recent: int = Field(KEEP_RECENT, ge=0)
+    truncate_chars: int = Field(TieredOptions.truncate_chars, ge=0)
+    user_min_chars: int = Field(TieredOptions.user_min_chars, ge=0)
 
 
 class ForgetSettings(_Strict):
-    keep_recent: int = Field(2, ge=0)
-    keep_first: float = Field(0.2, ge=0, lt=1)
-    ledger_share: float = Field(0.2, ge=0, le=0.5)  # of the budget, for what forgotten turns said
+    keep_recent: int = Field(KEEP_RECENT, ge=0)
+    keep_first: float = Field(ForgetOptions.keep_first, ge=0, lt=1)
+    ledger_share: float = Field(ForgetOptions.ledger_share, ge=0, le=0.5)
 
 
 class FoldSettings(_Strict):
-    keep_recent: int = Field(2, ge=0)
-    min_chars: int = Field(1000, ge=0)
+    keep_recent: int = Field(KEEP_RECENT, ge=0)
+    min_chars: int = Field(FoldOptions.min_chars, ge=0)
 
 
 class SlidingWindowSettings(_Strict):
-    keep_recent: int = Field(2, ge=0)
+    keep_recent: int = Field(KEEP_RECENT, ge=0)
 
 
 class CompactionSettings(_Strict):

@@ -6,12 +6,14 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
+
+from strategies.options import KEEP_RECENT, StrategyOptions
 
 # An OpenAI chat message as the client sent it; keys we do not know are kept untouched.
 Message = dict[str, Any]
@@ -297,6 +299,9 @@ def memoize(count: Callable[[Message], int]) -> Callable[[Message], int]:
     return counted
 
 
+Opts = TypeVar("Opts", bound=StrategyOptions)
+
+
 # --- context and protocol ------------------------------------------------------------------
 
 
@@ -320,7 +325,7 @@ class Context:
     target: int
     count: Callable[[Message], int]
     measure: Callable[[int], int] = lambda raw: raw
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: StrategyOptions | None = None  # the running strategy's own
     # One of the levels below, raised by the pipeline only while the view stays over its goal.
     pressure: int = 0
     lineage: Lineage | None = None
@@ -333,11 +338,13 @@ class Context:
     def usage(self, messages: Iterable[Message]) -> int:
         return self.measure(sum(self.count(m) for m in messages))
 
-    def option(self, name: str, default: Any) -> Any:
-        return self.options.get(name, default)
+    def opts(self, kind: type[Opts]) -> Opts:
+        """The running strategy's options, or `kind`'s defaults when it was given none."""
+        return self.options if isinstance(self.options, kind) else kind()
 
     def keep_recent(self) -> int:
-        return 0 if self.pressure >= NO_KEEP_WINDOW else int(self.option("keep_recent", 2))
+        keep = getattr(self.options, "keep_recent", KEEP_RECENT)
+        return 0 if self.pressure >= NO_KEEP_WINDOW else keep
 
 
 StrategyResult = tuple[list[Message], list[CompactionEvent]]

@@ -14,12 +14,13 @@ from strategies.base import (
     tool_names,
 )
 from strategies.forms import folded_output, folded_text
+from strategies.options import FoldOptions
 
 
 @register("fold")
 def fold(messages: list[Message], ctx: Context) -> StrategyResult:
     names = tool_names(messages)
-    min_chars = int(ctx.option("min_chars", 1000))
+    min_chars = ctx.opts(FoldOptions).min_chars
 
     def transform(current: Message, raw: Message) -> Message | None:
         if raw.get("role") == "tool":

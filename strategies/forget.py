@@ -37,6 +37,7 @@ from strategies.base import (
     register,
     tool_calls,
 )
+from strategies.options import ForgetOptions
 from strategies.state import runs
 from strategies.working_set import working_set
 
@@ -44,7 +45,6 @@ LABEL = "forget"
 SEPARATOR = "\n\n"  # between a merged marker and its host's own text
 KEY_ARGS = ("path", "file_path", "filename", "file", "cmd", "command", "query", "pattern", "url")
 ARG_CHARS = 60
-LEDGER_SHARE = 0.2  # of the budget, at most, for what the forgotten turns said
 LEDGER_SLACK = 8  # tokens: a ledger measured line by line may count a little under its join
 
 
@@ -145,7 +145,7 @@ def _units(view: list[Message], ctx: Context, held: set[int], marker: bool) -> l
     last = iters[-1] if iters else 0
     early = marker and ctx.pressure < FORGET_ANY
     keep = held if marker and ctx.pressure < LAST_RESORT else set()
-    head = int(float(ctx.option("keep_first", 0.0)) * ctx.room()) if early else 0
+    head = int(ctx.opts(ForgetOptions).keep_first * ctx.room()) if early else 0
     units = []
     for it, group in groupby(range(len(view)), key=lambda i: iters[i]):
         idx = list(group)
@@ -228,7 +228,7 @@ def _reserve(ctx: Context, lineage: Lineage) -> int:
 
 def _ledger_cap(ctx: Context) -> int:
     """The ledger's room in tokens: `ledger_share` of the budget."""
-    return ledger.cap_tokens(ctx.budget, float(ctx.option("ledger_share", LEDGER_SHARE)))
+    return ledger.cap_tokens(ctx.budget, ctx.opts(ForgetOptions).ledger_share)
 
 
 def _with_ledger(kept: list[Message], lineage: Lineage, ctx: Context) -> list[Message]:

@@ -28,6 +28,7 @@ from strategies.base import (
     memoize,
 )
 from strategies.cut import use_room
+from strategies.options import StrategyOptions
 from strategies.state import ViewState
 from strategies.tiered import fold_newest
 
@@ -42,15 +43,18 @@ class Plan:
     budget: int
     target: int
     trigger: int
-    options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    options: Mapping[str, StrategyOptions] = dataclasses.field(default_factory=dict)
     fixed: int = 0  # tokens of the fixed part (prompts, task), once `within` has placed it
     # Tokens a step leaves free under the budget for one recalled excerpt (0: no recall).
     excerpt: int = 0
 
     def key(self) -> str:
         return canonical_json(
-            [list(self.pipeline), self.budget, self.target, self.trigger, self.options]
+            [list(self.pipeline), self.budget, self.target, self.trigger, self._options()]
         )
+
+    def _options(self) -> dict[str, dict[str, Any]]:
+        return {name: dataclasses.asdict(o) for name, o in self.options.items()}
 
     def within(self, fixed: int) -> Plan:
         """Trigger and target as shares of the room left after `fixed` tokens (prompts, task)
@@ -176,7 +180,7 @@ def _fire(
         for room in LIGHT_ROOMS:
             goal = plan.budget - plan.excerpt - math.floor(room * plan.room())
             if goal > plan.target:
-                step = dataclasses.replace(ctx, target=goal, options=plan.options.get("tiered", {}))
+                step = dataclasses.replace(ctx, target=goal, options=plan.options.get("tiered"))
                 options.append((*fold_newest(view, step), forgotten))
     lineage.forgotten = set(forgotten)
     options.append((*_deep(view, plan, ctx), set(lineage.forgotten)))
@@ -200,7 +204,7 @@ def _deep(
     if "forget" in plan.pipeline and ctx.usage(view) > 2 * plan.budget:
         # A long history arriving at once: forget down to the budget first, rather than fold
         # thousands of outputs only to forget most of them.
-        step = dataclasses.replace(ctx, target=plan.budget, options=plan.options.get("forget", {}))
+        step = dataclasses.replace(ctx, target=plan.budget, options=plan.options.get("forget"))
         view, events = get("forget")(view, step)
     for pressure in range(LAST_RESORT + 1):
         target = _goal(plan, pressure)
@@ -208,7 +212,7 @@ def _deep(
             break
         for name in plan.pipeline:
             step = dataclasses.replace(
-                ctx, pressure=pressure, target=target, options=plan.options.get(name, {})
+                ctx, pressure=pressure, target=target, options=plan.options.get(name)
             )
             view, fired = get(name)(view, step)
             events += fired

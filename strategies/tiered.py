@@ -29,6 +29,7 @@ from strategies.base import (
     tool_names,
 )
 from strategies.forms import folded_output, folded_user, skeleton, truncated
+from strategies.options import TieredOptions
 from strategies.traceback import last_resort_indexes
 from strategies.working_set import working_set
 
@@ -43,13 +44,13 @@ REASONS = {
 
 def _transform(phase: int, messages: list[Message], ctx: Context) -> Callable:
     if phase == 1:
-        head = int(ctx.option("truncate_chars", 200))
+        head = ctx.opts(TieredOptions).truncate_chars
         return lambda cur, raw: truncated(raw, head)
     names = tool_names(messages)
 
     def fold(raw: Message, keep_evidence: bool) -> Message | None:
         if raw.get("role") == "user":
-            return folded_user(raw, min_chars=int(ctx.option("user_min_chars", 2000)))
+            return folded_user(raw, min_chars=ctx.opts(TieredOptions).user_min_chars)
         name = names.get(raw.get("tool_call_id", ""), "?")
         return folded_output(raw, name, keep_evidence=keep_evidence)
 

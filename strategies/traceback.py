@@ -17,6 +17,7 @@ from strategies.base import (
     with_content,
 )
 from strategies.elide import elide
+from strategies.options import TracebackOptions
 
 HEAD_CHARS, TAIL_CHARS = 600, 300
 
@@ -55,14 +56,11 @@ def last_resort_indexes(messages: list[Message]) -> list[int]:
 @register("traceback")
 def traceback(messages: list[Message], ctx: Context) -> StrategyResult:
     names = tool_names(messages)
-    opts = {
-        "min_chars": int(ctx.option("min_chars", 2000)),
-        "head": int(ctx.option("head_lines", 10)),
-        "tail": int(ctx.option("tail_lines", 10)),
-    }
+    o = ctx.opts(TracebackOptions)
 
     def transform(current: Message, raw: Message) -> Message | None:
-        return elided(raw, names.get(raw.get("tool_call_id", ""), "?"), **opts)
+        name = names.get(raw.get("tool_call_id", ""), "?")
+        return elided(raw, name, min_chars=o.min_chars, head=o.head_lines, tail=o.tail_lines)
 
     candidates = old_indexes(messages, ctx.keep_recent(), roles=("tool",))
     if ctx.pressure >= LAST_RESORT:

@@ -12,7 +12,8 @@ from proxy.errors import ContextLengthExceeded
 from proxy.exchange.tokens import REPLY_PRIMING, TokenCounter
 from proxy.recall import tool as recall
 from proxy.settings import CompactionSettings
-from strategies import CompactionEvent, OverBudget, Plan, compile_view, get
+from strategies import CompactionEvent, OverBudget, Plan, compile_view
+from strategies.options import OPTIONS, StrategyOptions
 from strategies.state import ViewState
 
 # Tokens a step leaves free under the budget when the recall tool may be offered, so that a
@@ -171,18 +172,18 @@ def make_plan(settings: CompactionSettings, budget: int, excerpt: int = 0) -> Pl
     """Settings become plain options per strategy, so strategies never see settings. Trigger
     and target are shares; the pipeline applies them to the room left after the fixed part
     (prompts, task) and `excerpt`, the tokens kept free for a recalled excerpt."""
-    for name in settings.pipeline:
-        get(name)  # an unknown name fails here, with the list of known ones
     budget = max(budget, 0)
     trigger = math.floor(settings.trigger * budget)
     target = min(math.floor(settings.target * budget), trigger)
-    options = {name: _options(settings, name) for name in settings.pipeline}
+    found = {name: _options(settings, name) for name in settings.pipeline}
+    options = {name: o for name, o in found.items() if o is not None}
     return Plan(settings.pipeline, budget, target, trigger, options, excerpt=excerpt)
 
 
-def _options(settings: CompactionSettings, name: str) -> dict[str, Any]:
-    sub = getattr(settings, name, None)
-    return sub.model_dump() if isinstance(sub, BaseModel) else {}
+def _options(settings: CompactionSettings, name: str) -> StrategyOptions | None:
+    """The strategy's typed options (names were checked when the settings were loaded)."""
+    sub, kind = getattr(settings, name, None), OPTIONS.get(name)
+    return kind(**sub.model_dump()) if isinstance(sub, BaseModel) and kind else None
 
 
 def _measure(counter: TokenCounter):

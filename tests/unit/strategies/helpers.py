@@ -8,6 +8,7 @@ from typing import Any
 
 from proxy.exchange.tokens import REPLY_PRIMING, TokenCounter
 from strategies.base import Context, Lineage, Message
+from strategies.options import StrategyOptions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 COUNTER = TokenCounter()
@@ -46,7 +47,7 @@ def ctx(
     target: float = 0.5,
     lineage: bool = True,
     pressure: int = 0,
-    **options: Any,
+    options: StrategyOptions | None = None,
 ) -> Context:
     """A context over the real token counter, as the compiler builds it."""
     return Context(

@@ -7,12 +7,16 @@ import json
 
 from strategies.base import MARKER, iterations
 from strategies.invariants import pairing_problems
+from strategies.options import ForgetOptions, TieredOptions
 from strategies.pipeline import Plan, compile_view, request_points
 from tests.unit.strategies.helpers import COUNTER, agent_history, call, fixture, log_lines
 
 
 def plan(budget: int, keep_first: float = 0.2) -> Plan:
-    options = {"tiered": {"keep_recent": 2}, "forget": {"keep_recent": 2, "keep_first": keep_first}}
+    options = {
+        "tiered": TieredOptions(keep_recent=2),
+        "forget": ForgetOptions(keep_recent=2, keep_first=keep_first),
+    }
     return Plan(("traceback", "tiered", "forget"), budget, budget // 2, budget, options)
 
 

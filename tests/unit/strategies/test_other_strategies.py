@@ -7,6 +7,7 @@ from strategies.base import Context, get, register, unregister
 from strategies.fold import fold
 from strategies.invariants import pairing_problems
 from strategies.none import none
+from strategies.options import SlidingWindowOptions
 from strategies.sliding_window import sliding_window
 from tests.unit.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
 
@@ -54,7 +55,8 @@ def test_sliding_window_keeps_the_latest_user_message():
     history = agent_history([OUT] * 3)
     history.append({"role": "user", "content": "now also fix the docs"})
     history += agent_history([OUT] * 3)[2:]
-    out, _ = sliding_window(history, ctx(history, budget=10, keep_recent=0))
+    only_latest = SlidingWindowOptions(keep_recent=0)
+    out, _ = sliding_window(history, ctx(history, budget=10, options=only_latest))
     assert {"role": "user", "content": "now also fix the docs"} in out
     assert not pairing_problems(out)
 

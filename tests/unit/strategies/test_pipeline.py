@@ -7,6 +7,7 @@ import random
 import pytest
 
 from strategies.base import OverBudget, canonical_json
+from strategies.options import ForgetOptions, TieredOptions, TracebackOptions
 from strategies.pipeline import Plan, compile_view, request_points
 from tests.unit.strategies.helpers import COUNTER, agent_history, fixture, log_lines
 
@@ -27,9 +28,9 @@ def plan(budget: int, pipeline=DEFAULT, trigger: float = 1.0, target: float = 0.
         target=int(target * budget),
         trigger=int(trigger * budget),
         options={
-            "tiered": {"keep_recent": 2},
-            "traceback": {"min_chars": 2000},
-            "forget": {"keep_recent": 2},
+            "tiered": TieredOptions(keep_recent=2),
+            "traceback": TracebackOptions(min_chars=2000),
+            "forget": ForgetOptions(keep_recent=2),
         },
     )
 

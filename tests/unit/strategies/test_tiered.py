@@ -15,6 +15,7 @@ from strategies.forms import (
     truncated,
 )
 from strategies.invariants import pairing_problems
+from strategies.options import TieredOptions
 from strategies.tiered import tiered
 from tests.unit.strategies.helpers import agent_history, ctx, log_lines, usage
 
@@ -24,8 +25,9 @@ BIG = (
 )
 
 
-def run(history, budget, **options):
-    return tiered(history, ctx(history, budget=budget, **options))
+def run(history, budget, keep_recent=2):
+    options = TieredOptions(keep_recent=keep_recent)
+    return tiered(history, ctx(history, budget=budget, options=options))
 
 
 def test_phase_one_only_when_it_suffices():
@@ -138,7 +140,8 @@ def test_compacting_twice_without_lineage_does_not_drift():
 def test_pressure_reaches_into_the_keep_window_but_not_the_final_turn():
     history = agent_history([BIG] * 3)
     budget = usage(history[:-2]) // 2 + usage(history[-2:])
-    out, _ = tiered(history, ctx(history, budget=budget, pressure=2, keep_recent=5))
+    five = TieredOptions(keep_recent=5)
+    out, _ = tiered(history, ctx(history, budget=budget, pressure=2, options=five))
     assert out[-2:] == history[-2:]
     assert out[3] != history[3]  # inside the configured keep window, yet compacted
 

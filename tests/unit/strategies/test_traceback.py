@@ -9,6 +9,7 @@ import pytest
 
 from strategies.base import message_hash
 from strategies.elide import elide
+from strategies.options import TracebackOptions
 from strategies.traceback import elided, traceback
 from tests.unit.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
 
@@ -196,7 +197,8 @@ def test_short_outputs_are_left_alone():
 def test_strategy_elides_only_old_outputs_and_reports_one_event():
     history = agent_history([fixture("seed_demo.txt")] * 5)
     before = [dict(m) for m in history]
-    out, events = traceback(history, ctx(history, budget=usage(history) // 2, keep_recent=2))
+    two = TracebackOptions(keep_recent=2)
+    out, events = traceback(history, ctx(history, budget=usage(history) // 2, options=two))
     assert history == before  # input untouched
     assert [e.strategy for e in events] == ["traceback"]
     assert events[0].iterations == [1, 2, 3]
