@@ -31,7 +31,7 @@ from proxy.exchange.tokens import TokenCounter
 from proxy.recall import tool as recall_tool
 from proxy.settings import CompactionSettings
 from proxy.testing.validity import problems
-from strategies.base import canonical_json, message_hash, original_ref
+from strategies.messages import canonical_json, message_hash, original_ref
 from strategies.pipeline import request_points
 
 DEFAULT = ["traceback", "tiered", "forget"]

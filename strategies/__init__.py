@@ -1,21 +1,11 @@
 """Compaction strategies: pure functions from a message list to a smaller one, by name."""
 
 from strategies import fold, forget, none, sliding_window, tiered, traceback
-from strategies.base import (
-    STRATEGIES,
-    CompactionEvent,
-    Context,
-    InvariantError,
-    Message,
-    OverBudget,
-    Strategy,
-    canonical_json,
-    get,
-    message_hash,
-    register,
-    unregister,
-)
+from strategies.context import Context, InvariantError, OverBudget, Strategy
+from strategies.events import CompactionEvent
+from strategies.messages import Message, canonical_json, message_hash
 from strategies.pipeline import Plan, compile_view
+from strategies.registry import STRATEGIES, get, register, unregister
 
 __all__ = [
     "STRATEGIES",

@@ -12,8 +12,8 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from strategies.base import Message, tool_calls
 from strategies.memo import text_cache
+from strategies.messages import Message, tool_calls
 
 # Tools of the agent CLIs and frameworks that only show content.
 VIEWING_TOOLS = frozenset(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from strategies.base import Context, Message, iterations, recall_ref, text_of, with_content
+from strategies.context import Context
+from strategies.messages import Message, iterations, recall_ref, text_of, with_content
 
 LABEL = "cut"
 MIN_GAIN = 32  # tokens: less spare room than this is not worth a new form

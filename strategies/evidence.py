@@ -149,11 +149,6 @@ def evidence(lines: Lines) -> set[int]:
     return keep
 
 
-def families(lines: Lines) -> set[str]:
-    """Which rule families matched; for tests and event reasons."""
-    return {r.family for line in lines for r in RULES if r.start.search(line)}
-
-
 # --- ranking: which evidence lines to keep when only a few fit ---------------------------------
 
 _E_PREFIX = re.compile(r"^E\s+")

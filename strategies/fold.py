@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from strategies.base import (
-    Context,
-    Message,
-    StrategyResult,
-    compact_until,
-    old_indexes,
-    register,
-    text_of,
-    tool_calls,
-    tool_names,
-)
+from strategies.compact import compact_until
+from strategies.context import Context, StrategyResult
 from strategies.forms import folded_output, folded_text
+from strategies.messages import Message, old_indexes, text_of, tool_calls, tool_names
 from strategies.options import FoldOptions
+from strategies.registry import register
 
 
 @register("fold")

@@ -21,23 +21,20 @@ from itertools import groupby
 from typing import Any
 
 from strategies import ledger
-from strategies.base import (
-    FORGET_ANY,
-    LAST_RESORT,
-    MARKER,
+from strategies.compact import MARKER
+from strategies.context import FORGET_ANY, LAST_RESORT, Context, StrategyResult
+from strategies.events import CompactionEvent
+from strategies.lineage import Lineage
+from strategies.messages import (
     PROMPT_ROLES,
-    CompactionEvent,
-    Context,
-    Lineage,
     Message,
-    StrategyResult,
     content_size,
     iterations,
     protected_indexes,
-    register,
     tool_calls,
 )
 from strategies.options import ForgetOptions
+from strategies.registry import register
 from strategies.state import runs
 from strategies.working_set import working_set
 

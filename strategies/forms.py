@@ -9,10 +9,17 @@ import json
 import re
 from typing import Any
 
-from strategies.base import Message, canonical_json, recall_ref, text_of, tool_calls, with_content
 from strategies.elide import render
 from strategies.evidence import evidence, ranked
 from strategies.memo import text_cache
+from strategies.messages import (
+    Message,
+    canonical_json,
+    recall_ref,
+    text_of,
+    tool_calls,
+    with_content,
+)
 
 MAX_EVIDENCE_LINES = 40  # phase-1 keeps the last ones: the final error is nearest the end
 # A placeholder that keeps evidence keeps only the most telling lines: a fold must stay small.

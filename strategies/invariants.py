@@ -11,16 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from strategies.base import (
-    MARKER,
-    PROMPT_ROLES,
-    InvariantError,
-    Message,
-    OverBudget,
-    iterations,
-    text_of,
-    tool_calls,
-)
+from strategies.compact import MARKER
+from strategies.context import InvariantError, OverBudget
+from strategies.messages import PROMPT_ROLES, Message, iterations, text_of, tool_calls
 
 
 @dataclass(frozen=True)

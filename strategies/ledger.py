@@ -18,9 +18,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from strategies.base import Message, recall_ref, text_of, tool_calls
 from strategies.forms import excerpt
 from strategies.memo import text_cache
+from strategies.messages import Message, recall_ref, text_of, tool_calls
 
 USER_WHOLE_CHARS = 600  # a longer user message (a pasted log or file) is carried folded
 USER_HEAD_CHARS = 240

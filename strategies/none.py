@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from strategies.base import Context, Message, StrategyResult, register
+from strategies.context import Context, StrategyResult
+from strategies.messages import Message
+from strategies.registry import register
 
 
 @register("none")

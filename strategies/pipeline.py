@@ -14,21 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from strategies import invariants
-from strategies.base import (
-    FORGET_ANY,
-    LAST_RESORT,
-    PROMPT_ROLES,
-    CompactionEvent,
-    Context,
-    Lineage,
-    Message,
-    OverBudget,
-    canonical_json,
-    get,
-    memoize,
-)
+from strategies.context import FORGET_ANY, LAST_RESORT, Context, OverBudget
 from strategies.cut import use_room
+from strategies.events import CompactionEvent
+from strategies.lineage import Lineage, memoize
+from strategies.messages import PROMPT_ROLES, Message, canonical_json
 from strategies.options import StrategyOptions
+from strategies.registry import get
 from strategies.state import ViewState
 from strategies.tiered import fold_newest
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.base import Message, tool_calls
 from strategies.invariants import pairing_faults
+from strategies.messages import Message, tool_calls
 
 
 def placeholder_result(call_id: str) -> Message:

@@ -7,8 +7,10 @@ The same selection as `forget`, without its marker and its working set.
 
 from __future__ import annotations
 
-from strategies.base import Context, Message, StrategyResult, register
+from strategies.context import Context, StrategyResult
 from strategies.forget import drop_oldest
+from strategies.messages import Message
+from strategies.registry import register
 
 
 @register("sliding_window")

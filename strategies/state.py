@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from strategies.base import CompactionEvent, Lineage, Message
+from strategies.events import CompactionEvent
+from strategies.lineage import Lineage
+from strategies.messages import Message
 
 
 @dataclass(frozen=True)

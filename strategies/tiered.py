@@ -15,21 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from strategies.base import (
-    ALL_PHASES,
-    LAST_RESORT,
-    NO_KEEP_WINDOW,
-    Context,
-    Message,
-    StrategyResult,
-    compact_until,
-    iterations,
-    old_indexes,
-    register,
-    tool_names,
-)
+from strategies.compact import compact_until
+from strategies.context import ALL_PHASES, LAST_RESORT, NO_KEEP_WINDOW, Context, StrategyResult
 from strategies.forms import folded_output, folded_user, skeleton, truncated
+from strategies.messages import Message, iterations, old_indexes, tool_names
 from strategies.options import TieredOptions
+from strategies.registry import register
 from strategies.traceback import last_resort_indexes
 from strategies.working_set import working_set
 

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from strategies.base import (
-    LAST_RESORT,
-    Context,
+from strategies.compact import compact_until
+from strategies.context import LAST_RESORT, Context, StrategyResult
+from strategies.elide import elide
+from strategies.messages import (
     Message,
-    StrategyResult,
-    compact_until,
     iterations,
     old_indexes,
     recall_ref,
-    register,
     text_of,
     tool_names,
     with_content,
 )
-from strategies.elide import elide
 from strategies.options import TracebackOptions
+from strategies.registry import register
 
 HEAD_CHARS, TAIL_CHARS = 600, 300
 

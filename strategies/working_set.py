@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from strategies.base import Context, Message, text_of
 from strategies.calls import calls_by_id, is_viewing
+from strategies.context import Context
 from strategies.evidence import bears_failure
 from strategies.memo import text_cache
+from strategies.messages import Message, text_of
 
 FAILING_TESTS = re.compile(
     r"^(?:FAILED|ERROR) \S+(?:::| - )|^\s*--- FAIL: |^test \S+ \.\.\. FAILED$|^\s+[✕×] "

@@ -25,7 +25,7 @@ from proxy.exchange.tokens import TokenCounter
 from proxy.http.access import Viewer, audit_viewer
 from proxy.http.deps import ServicesDep
 from proxy.ui import chart, compare
-from strategies.base import message_hash
+from strategies.messages import message_hash
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 SESSIONS_PER_PAGE = 50

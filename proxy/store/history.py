@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from proxy.store.engine import Executor, insert_ignore, insert_ignore_returning
 from proxy.store.models import EntryRow, MessageRow
-from strategies.base import message_hash, orjson_exact
+from strategies.messages import message_hash, orjson_exact
 
 CHUNK = 500  # bound parameters per IN (…) query
 KNOWN_CHECK = 8  # new messages from which the stored ones are looked up rather than re-sent

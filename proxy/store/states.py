@@ -16,7 +16,8 @@ from sqlalchemy import bindparam, select
 from proxy.store import history
 from proxy.store.engine import Executor
 from proxy.store.models import EntryRow, ExchangeRow, ViewStateRow
-from strategies.base import CompactionEvent, Message
+from strategies.events import CompactionEvent
+from strategies.messages import Message
 from strategies.state import Form, Item, ViewState
 
 

@@ -33,7 +33,7 @@ from proxy.store.views import (
     Stats,
     StoredMessage,
 )
-from strategies.base import message_hash
+from strategies.messages import message_hash
 
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")

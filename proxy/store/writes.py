@@ -23,7 +23,7 @@ from proxy.store.models import (
 from proxy.store.views import (
     RequestRef,
 )
-from strategies.base import message_hash
+from strategies.messages import message_hash
 
 
 def session_row(

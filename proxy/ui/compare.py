@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from strategies.base import message_hash
+from strategies.messages import message_hash
 
 # How markers name the raw message they replace: "original: /messages/<hash prefix>".
 _REF = re.compile(r"original: /messages/([0-9a-f]{12,64})")

@@ -15,7 +15,7 @@ from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.store.request import NewRequest
-from strategies.base import message_hash, original_ref
+from strategies.messages import message_hash, original_ref
 
 LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
 

@@ -14,7 +14,7 @@ from proxy.store import AmbiguousPrefix, RequestRef, Store
 from proxy.store.models import EntryRow, ExchangeRow, MessageRow
 from proxy.store.request import NewRequest
 from proxy.testing.postgres import postgres_database
-from strategies.base import message_hash, original_ref
+from strategies.messages import message_hash, original_ref
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 60}
 EVENT = {

@@ -12,7 +12,7 @@ import pytest
 
 from proxy.testing.scripted import Script
 from proxy.testing.servers import ServerThread
-from strategies.base import original_ref
+from strategies.messages import original_ref
 from tests.unit.strategies.helpers import agent_history, fixture, log_lines
 
 WINDOW = 4000

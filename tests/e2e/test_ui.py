@@ -22,7 +22,7 @@ from proxy.store import Store
 from proxy.store.request import NewRequest
 from proxy.testing.servers import ServerThread
 from proxy.ui.compare import align, diff
-from strategies.base import message_hash
+from strategies.messages import message_hash
 from tests.conftest import BROWSER_MISSING
 from tests.e2e.test_sessions_audit import noisy_log
 

@@ -12,8 +12,8 @@ from proxy.errors import ContextLengthExceeded
 from proxy.exchange.compile import Compiled, answer_limit, compile_request, message_budget
 from proxy.exchange.tokens import TokenCounter
 from proxy.settings import CompactionSettings
-from strategies.base import canonical_json
 from strategies.invariants import pairing_problems
+from strategies.messages import canonical_json
 from tests.unit.strategies.helpers import agent_history, fixture
 
 COUNTER = TokenCounter()
@@ -139,7 +139,7 @@ def test_deterministic_bytes():
 
 
 def test_summary_lists_passes_in_order_once():
-    from strategies.base import CompactionEvent
+    from strategies.events import CompactionEvent
 
     ev = [
         CompactionEvent("traceback", None, [1], 10, 5, 9, "r"),
@@ -204,7 +204,7 @@ def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None
 
 
 def test_summary_names_only_what_fired_for_this_request():
-    from strategies.base import CompactionEvent
+    from strategies.events import CompactionEvent
 
     carried = CompactionEvent("tiered", 1, [1], 10, 5, 9, "r; carried", replayed=True)
     fresh = CompactionEvent("sliding_window", None, [2], 10, 5, 9, "r")

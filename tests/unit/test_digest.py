@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.store.digest import fast_message_hash
-from strategies.base import message_hash
+from strategies.messages import message_hash
 
 scalars = (
     st.none()

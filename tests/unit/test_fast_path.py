@@ -13,7 +13,7 @@ from proxy.formats.chat import chat_head, parse_chat, parse_json
 from proxy.store import Store
 from proxy.store.request import NewRequest
 from proxy.store.store import AHEAD_FROM, hash_messages
-from strategies.base import canonical_json, content_key, message_hash
+from strategies.messages import canonical_json, content_key, message_hash
 
 ODD_MESSAGES: list[dict[str, Any]] = [
     {"role": "user", "content": "plain"},

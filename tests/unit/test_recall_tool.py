@@ -8,7 +8,7 @@ from typing import Any
 from proxy.exchange.tokens import TokenCounter
 from proxy.recall import tool as recall
 from proxy.recall.stream import StreamFilter
-from strategies.base import message_hash, original_ref
+from strategies.messages import message_hash, original_ref
 
 COUNTER = TokenCounter()
 HISTORY: list[dict[str, Any]] = [

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from proxy.exchange.tokens import REPLY_PRIMING, TokenCounter
-from strategies.base import Context, Lineage, Message
+from strategies.context import Context
+from strategies.lineage import Lineage
+from strategies.messages import Message
 from strategies.options import StrategyOptions
 
 FIXTURES = Path(__file__).parent / "fixtures"

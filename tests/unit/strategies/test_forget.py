@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-from strategies.base import MARKER, iterations
+from strategies.compact import MARKER
 from strategies.invariants import pairing_problems
+from strategies.messages import iterations
 from strategies.options import ForgetOptions, TieredOptions
 from strategies.pipeline import Plan, compile_view, request_points
 from tests.unit.strategies.helpers import COUNTER, agent_history, call, fixture, log_lines

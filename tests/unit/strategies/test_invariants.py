@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from strategies.base import InvariantError, OverBudget
+from strategies.context import InvariantError, OverBudget
 from strategies.invariants import check, check_valid, pairing_problems
 from tests.unit.strategies.helpers import agent_history, call
 

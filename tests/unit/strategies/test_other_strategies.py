@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from strategies import STRATEGIES
-from strategies.base import Context, get, register, unregister
+from strategies.context import Context
 from strategies.fold import fold
 from strategies.invariants import pairing_problems
 from strategies.none import none
 from strategies.options import SlidingWindowOptions
+from strategies.registry import get, register, unregister
 from strategies.sliding_window import sliding_window
 from tests.unit.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
 

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from strategies.base import OverBudget, canonical_json
+from strategies.context import OverBudget
+from strategies.messages import canonical_json
 from strategies.options import ForgetOptions, TieredOptions, TracebackOptions
 from strategies.pipeline import Plan, compile_view, request_points
 from tests.unit.strategies.helpers import COUNTER, agent_history, fixture, log_lines

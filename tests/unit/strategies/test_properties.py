@@ -16,10 +16,12 @@ from proxy.recall import rounds
 from proxy.recall import tool as recall
 from proxy.settings import CompactionSettings
 from strategies import ledger
-from strategies.base import PROMPT_ROLES, Context, Lineage, canonical_json, iterations, recall_ref
 from strategies.calls import calls_by_id, is_viewing
+from strategies.context import Context
 from strategies.forms import folded_output, folded_user, skeleton
 from strategies.invariants import final_turn, kept_in_latest, pairing_problems
+from strategies.lineage import Lineage
+from strategies.messages import PROMPT_ROLES, canonical_json, iterations, recall_ref
 from strategies.pipeline import request_points
 from strategies.traceback import elided
 from strategies.working_set import is_error_output, working_set

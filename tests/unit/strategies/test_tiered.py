@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from strategies.base import ALL_PHASES, LAST_RESORT, NO_KEEP_WINDOW, message_hash
+from strategies.context import ALL_PHASES, LAST_RESORT, NO_KEEP_WINDOW
 from strategies.forms import (
     EXCERPT_CHARS,
     EXCERPT_LINES,
@@ -15,6 +15,7 @@ from strategies.forms import (
     truncated,
 )
 from strategies.invariants import pairing_problems
+from strategies.messages import message_hash
 from strategies.options import TieredOptions
 from strategies.tiered import tiered
 from tests.unit.strategies.helpers import agent_history, ctx, log_lines, usage

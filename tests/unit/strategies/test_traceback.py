@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from strategies.base import message_hash
 from strategies.elide import elide
+from strategies.messages import message_hash
 from strategies.options import TracebackOptions
 from strategies.traceback import elided, traceback
 from tests.unit.strategies.helpers import agent_history, ctx, fixture, log_lines, usage
