@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import history, liveness, reads, states, writes
+from proxy.store import history, liveness, pipelined, reads, states, writes
 from proxy.store.digest import fast_message_hash
 from proxy.store.engine import Writer, insert_ignore, make_engine
 from proxy.store.models import (
@@ -45,6 +45,9 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self._writer = Writer(self.engine)
+        # The hot path's state read on PostgreSQL: no BEGIN, no ROLLBACK, one query's trip.
+        pg = self.engine.dialect.name == "postgresql"
+        self._reads = self.engine.execution_options(isolation_level="AUTOCOMMIT") if pg else None
         self.instance: str | None = None  # this process's InstanceRow id, once registered
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -110,8 +113,10 @@ class Store:
 
         def work(conn: Connection) -> RequestRef:
             now = utcnow()
-            seq = writes.next_seq(conn, session_id, source, model, now, key_id)
-            leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+            seq, stored = writes.seq_and_prefix(
+                conn, session_id, source, model, now, key_id, chain
+            )
+            leaf, added = history.extend(conn, session_id, messages, raw, now, chain, stored)
             added += before
             row = {
                 "session_id": session_id,
@@ -385,8 +390,8 @@ class Store:
     def load_state(self, session_id: str, hashes: list[str]) -> states.Prior | None:
         """The compaction state of the longest prefix of this history that has one."""
         chain = history.prefix_chain(hashes)
-        with self.engine.connect() as conn:
-            return states.load(conn, session_id, chain)
+        engine = self._reads or self.engine
+        return pipelined.read(engine, lambda c: states.load(c, session_id, chain))
 
     def _read(self, query: Callable[[Session], T]) -> T:
         with Session(self.engine) as s, s.begin():
