@@ -21,22 +21,17 @@ def transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
     replaced once, but only when the failure came before COMMIT was sent: the server then
     rolled the transaction back, so running it again cannot write anything twice."""
     for attempt in (0, 1):
-        with engine.connect() as conn:
-            with _pipeline(conn):
-                trans = conn.begin()
-                try:
-                    result = work(conn)
-                except DBAPIError as exc:
-                    trans.rollback()
-                    if exc.connection_invalidated and attempt == 0:
-                        log.info("store: a pooled connection was dead; retrying on a new one")
-                        continue
-                    raise
-                except BaseException:
-                    trans.rollback()
-                    raise
+        committing = False
+        try:
+            with engine.connect() as conn, _pipeline(conn), conn.begin() as trans:
+                result = work(conn)
+                committing = True
                 trans.commit()  # a failure here is never retried: the commit may have landed
                 return result
+        except DBAPIError as exc:
+            if committing or attempt or not exc.connection_invalidated:
+                raise
+            log.info("store: a pooled connection was dead; retrying on a new one")
     raise AssertionError("unreachable")
 
 
