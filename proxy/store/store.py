@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import history, liveness, pipelined, reads, states, writes
+from proxy.store import fastpath, history, liveness, pipelined, reads, states, writes
 from proxy.store.digest import fast_message_hash
 from proxy.store.engine import Writer, insert_ignore, make_engine
 from proxy.store.models import (
@@ -46,8 +46,10 @@ class Store:
         self.engine = make_engine(url)
         self._writer = Writer(self.engine)
         # The hot path's state read on PostgreSQL: no BEGIN, no ROLLBACK, one query's trip.
-        pg = self.engine.dialect.name == "postgresql"
-        self._reads = self.engine.execution_options(isolation_level="AUTOCOMMIT") if pg else None
+        self._pg = self.engine.dialect.name == "postgresql"
+        self._reads = (
+            self.engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else None
+        )
         self.instance: str | None = None  # this process's InstanceRow id, once registered
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -113,10 +115,13 @@ class Store:
 
         def work(conn: Connection) -> RequestRef:
             now = utcnow()
-            seq, stored = writes.seq_and_prefix(
-                conn, session_id, source, model, now, key_id, chain
-            )
-            leaf, added = history.extend(conn, session_id, messages, raw, now, chain, stored)
+            if self._pg:
+                seq, leaf, added, taken = fastpath.open_turn(
+                    conn, session_id, source, model, now, key_id, messages, raw, chain
+                )
+            else:
+                seq = writes.next_seq(conn, session_id, source, model, now, key_id)
+                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
             added += before
             row = {
                 "session_id": session_id,
@@ -139,7 +144,11 @@ class Store:
                 "key_id": key_id,
                 "owner": self.instance,
             }
-            exchange_id = conn.execute(writes.insert_exchange(), row).scalar_one()
+            if self._pg:
+                exchange_id = taken
+                fastpath.insert_exchange(conn, exchange_id, row)
+            else:
+                exchange_id = conn.execute(writes.insert_exchange(), row).scalar_one()
             writes.keep_rewritten(conn, exchange_id, rewritten, now)
             if decided is not None:
                 writes.keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
@@ -249,27 +258,15 @@ class Store:
 
         def work(conn: Connection) -> None:
             now = utcnow()
-            if conn.execute(writes.exchange_exists(), {"xid": ref.exchange_id}).first() is None:
+            found = writes.answer_entry(conn, ref, response, answer, partial, now, self._pg)
+            if found is False:
                 log.info(
                     "store: session %s was deleted before exchange %d finished",
                     ref.session_id,
                     ref.seq,
                 )
                 return
-            entry_id = None
-            if response is not None and answer is not None:
-                history.store_messages(conn, {answer: response}, now)
-                position, prefix = writes.leaf_of(conn, ref)
-                entry_id, _ = history.append(
-                    conn,
-                    ref.session_id,
-                    ref.leaf_entry_id,
-                    position + 1,
-                    answer,
-                    history.link(prefix, answer),
-                    now,
-                    partial=partial,
-                )
+            entry_id = found
             values = {
                 "xid": ref.exchange_id,
                 "status": status,

@@ -4,13 +4,14 @@ transactions."""
 from __future__ import annotations
 
 import operator
+from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, and_, bindparam, delete, exists, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, delete, exists, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from proxy.store import history, states
+from proxy.store import fastpath, history, states
 from proxy.store.engine import Executor, dialect_of, insert_ignore, statement
 from proxy.store.models import (
     CompiledRef,
@@ -65,56 +66,6 @@ def next_seq(
         .values(last_seq=SessionRow.last_seq + 1, updated_at=now, model=model)
     )
     return s.execute(select(SessionRow.last_seq).where(SessionRow.id == session_id)).scalar_one()
-
-
-def seq_and_prefix(
-    conn: Connection,
-    session_id: str,
-    source: str,
-    model: str,
-    now: Any,
-    key_id: str | None,
-    chain: list[str],
-) -> tuple[int, tuple[int, int | None] | None]:
-    """next_seq, and on PostgreSQL in the same statement the longest stored prefix among the
-    history's last few positions (where a continuing session finds it): one round trip.
-    The prefix is None when the caller must look it up itself."""
-    if dialect_of(conn) != "postgresql":
-        return next_seq(conn, session_id, source, model, now, key_id), None
-    start = max(0, len(chain) - history.FIRST_PROBE)
-    row = session_row(session_id, source, model, now, key_id, last_seq=1)
-    params = {**row, "sid": session_id, "chain": chain[start:]}
-    rows = conn.execute(_seq_and_prefix(), params).all()
-    found = {h: i for _, h, i in rows if h is not None}
-    hits = [i for i in range(start, len(chain)) if chain[i] in found]
-    if hits:
-        return rows[0][0], (hits[-1], found[chain[hits[-1]]])
-    if start == 0:
-        return rows[0][0], (-1, None)
-    return rows[0][0], history.longest_stored_prefix(conn, session_id, chain[:start])
-
-
-def _seq_and_prefix() -> Any:
-    t, e = table(SessionRow), table(EntryRow)
-
-    def build() -> Any:
-        ins = postgresql.insert(t).values({c.name: bindparam(c.name) for c in t.c})
-        upsert = ins.on_conflict_do_update(
-            index_elements=[t.c.id],
-            set_={
-                "last_seq": t.c.last_seq + 1,
-                "updated_at": ins.excluded.updated_at,
-                "model": ins.excluded.model,
-            },
-        ).returning(t.c.last_seq)
-        s = upsert.cte("s")
-        on = and_(
-            e.c.session_id == bindparam("sid"),
-            e.c.prefix_hash.in_(bindparam("chain", expanding=True)),
-        )
-        return select(s.c.last_seq, e.c.prefix_hash, e.c.id).select_from(s.outerjoin(e, on))
-
-    return statement("seq-and-prefix", t, "postgresql", build)
 
 
 def usage_columns(usage: dict[str, Any] | None) -> dict[str, int | None]:
@@ -237,3 +188,56 @@ def keep_rewritten(
     history.store_messages(s, rewritten, now)
     rows = [{"exchange_id": exchange_id, "message_hash": h} for h in sorted(rewritten)]
     insert_ignore(s, CompiledRef, rows)
+
+
+def answer_entry(
+    conn: Connection,
+    ref: RequestRef,
+    response: dict[str, Any] | None,
+    answer: str | None,
+    partial: bool,
+    now: datetime,
+    pg: bool,
+) -> int | None | bool:
+    """The answer's entry in the history (None without an answer), or False when the
+    exchange is gone. On PostgreSQL one statement checks both and takes the id."""
+    if response is None or answer is None:
+        found = conn.execute(exchange_exists(), {"xid": ref.exchange_id}).first()
+        return None if found is not None else False
+    position, prefix = leaf_of(conn, ref)
+    linked = history.link(prefix, answer)
+    if pg:
+        exists, entry_id, new_id = fastpath.answer_slot(
+            conn, ref.exchange_id, ref.session_id, linked
+        )
+        if not exists:
+            return False
+        history.store_messages(conn, {answer: response}, now)
+        if entry_id is None:
+            entry_id = new_id
+            fastpath.append_answer(
+                conn,
+                new_id,
+                ref.session_id,
+                ref.leaf_entry_id,
+                position + 1,
+                answer,
+                linked,
+                now,
+                partial,
+            )
+        return int(entry_id)
+    if conn.execute(exchange_exists(), {"xid": ref.exchange_id}).first() is None:
+        return False
+    history.store_messages(conn, {answer: response}, now)
+    entry_id, _ = history.append(
+        conn,
+        ref.session_id,
+        ref.leaf_entry_id,
+        position + 1,
+        answer,
+        linked,
+        now,
+        partial=partial,
+    )
+    return entry_id
