@@ -3,9 +3,8 @@ on a connection found dead before anything was committed (instead of a ping per 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, event
@@ -21,18 +20,56 @@ def transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
     replaced once, but only when the failure came before COMMIT was sent: the server then
     rolled the transaction back, so running it again cannot write anything twice."""
     for attempt in (0, 1):
-        committing = False
+        sent: list[bool] = []  # holds True once COMMIT is on its way
         try:
-            with engine.connect() as conn, _pipeline(conn), conn.begin() as trans:
-                result = work(conn)
-                committing = True
-                trans.commit()  # a failure here is never retried: the commit may have landed
-                return result
+            with engine.connect() as conn:
+                if _can_pipeline(conn):
+                    return _pipelined(conn, work, sent)
+                with conn.begin() as trans:
+                    result = work(conn)
+                    sent.append(True)
+                    trans.commit()
+                    return result
         except DBAPIError as exc:
-            if committing or attempt or not exc.connection_invalidated:
+            if sent or attempt or not exc.connection_invalidated:
                 raise
             log.info("store: a pooled connection was dead; retrying on a new one")
     raise AssertionError("unreachable")
+
+
+def _can_pipeline(conn: Connection) -> bool:
+    raw = conn.connection.dbapi_connection
+    return conn.dialect.name == "postgresql" and hasattr(raw, "pipeline")
+
+
+def _pipelined(conn: Connection, work: Callable[[Connection], T], sent: list[bool]) -> T:
+    """BEGIN travels with the first statement that must wait; the rest and COMMIT leave
+    together at the pipeline's end, one round trip. psycopg would sync after a BEGIN of its
+    own, so the connection is in autocommit mode and the transaction is spelled out."""
+    import psycopg
+
+    conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+    raw: Any = conn.connection.dbapi_connection
+    try:
+        with raw.pipeline() as pipeline:
+            conn.info[PIPELINE] = pipeline
+            conn.exec_driver_sql("BEGIN")
+            result = work(conn)
+            conn.exec_driver_sql("COMMIT")
+            sent.append(True)
+    except psycopg.Error as exc:  # raised by the final sync: in SQLAlchemy's terms, as the rest
+        lost = raw.closed or raw.broken
+        if lost:
+            conn.invalidate()
+        raise DBAPIError.instance(
+            None, None, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
+        ) from exc
+    finally:
+        conn.info.pop(PIPELINE, None)
+        idle = psycopg.pq.TransactionStatus.IDLE
+        if not (raw.closed or raw.broken) and raw.info.transaction_status != idle:
+            raw.execute("ROLLBACK")  # a statement failed: the server still holds the block
+    return result
 
 
 def read(engine: Engine, query: Callable[[Connection], T]) -> T:
@@ -46,20 +83,6 @@ def read(engine: Engine, query: Callable[[Connection], T]) -> T:
                 raise
             log.info("store: a pooled connection was dead; retrying on a new one")
     raise AssertionError("unreachable")
-
-
-@contextlib.contextmanager
-def _pipeline(conn: Connection) -> Iterator[None]:
-    raw = conn.connection.dbapi_connection
-    if conn.dialect.name != "postgresql" or raw is None or not hasattr(raw, "pipeline"):
-        yield
-        return
-    with raw.pipeline() as pipeline:
-        conn.info[PIPELINE] = pipeline
-        try:
-            yield
-        finally:
-            conn.info.pop(PIPELINE, None)
 
 
 def sync_on_rows(engine: Engine) -> None:
