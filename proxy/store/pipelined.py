@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import PoolProxiedConnection
 
 log = logging.getLogger("ctxproxy.store")
 T = TypeVar("T")
@@ -49,27 +50,40 @@ def _pipelined(conn: Connection, work: Callable[[Connection], T], sent: list[boo
     import psycopg
 
     conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-    raw: Any = conn.connection.dbapi_connection
+    fairy = conn.connection
+    raw: Any = fairy.dbapi_connection
     try:
         with raw.pipeline() as pipeline:
-            conn.info[PIPELINE] = pipeline
+            fairy.info[PIPELINE] = pipeline
             conn.exec_driver_sql("BEGIN")
             result = work(conn)
             conn.exec_driver_sql("COMMIT")
             sent.append(True)
+    except DBAPIError as exc:
+        # A lost connection shows as broken only once the pipeline has ended.
+        if (raw.closed or raw.broken) and not exc.connection_invalidated:
+            exc.connection_invalidated = True
+            _invalidate_pool(conn, fairy, exc)
+        raise
     except psycopg.Error as exc:  # raised by the final sync: in SQLAlchemy's terms, as the rest
         lost = raw.closed or raw.broken
         if lost:
-            conn.invalidate()
+            _invalidate_pool(conn, fairy, exc)
         raise DBAPIError.instance(
             None, None, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
         ) from exc
     finally:
-        conn.info.pop(PIPELINE, None)
+        fairy.info.pop(PIPELINE, None)
         idle = psycopg.pq.TransactionStatus.IDLE
         if not (raw.closed or raw.broken) and raw.info.transaction_status != idle:
             raw.execute("ROLLBACK")  # a statement failed: the server still holds the block
     return result
+
+
+def _invalidate_pool(conn: Connection, fairy: PoolProxiedConnection, exc: BaseException) -> None:
+    """As SQLAlchemy does on a disconnect it detects: the server likely dropped every pooled
+    connection (a restart), so all of them are replaced at their next checkout."""
+    conn.engine.pool._invalidate(fairy, exc)
 
 
 def read(engine: Engine, query: Callable[[Connection], T]) -> T:
