@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, insert, text
+from sqlalchemy import Connection, Table, insert, text
 
 from proxy.store import history
 from proxy.store.models import EntryRow, ExchangeRow
@@ -189,9 +189,9 @@ def _entry(
 
 @cache
 def _insert_entry() -> Any:
-    return insert(EntryRow.__table__)  # no RETURNING: the id is known, nothing waits
+    return insert(cast(Table, EntryRow.__table__))  # no RETURNING: the id is known, nothing waits
 
 
 @cache
 def _insert_exchange() -> Any:
-    return insert(ExchangeRow.__table__)
+    return insert(cast(Table, ExchangeRow.__table__))

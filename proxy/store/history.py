@@ -13,10 +13,10 @@ import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from proxy.store.engine import Executor, insert_ignore, insert_ignore_returning
@@ -85,7 +85,7 @@ def message_row(msg: dict[str, Any], now: datetime, msg_hash: str | None = None)
 
 def store_messages(s: Executor, bodies: dict[str, dict[str, Any]], now: datetime) -> None:
     if len(bodies) >= KNOWN_CHECK:  # a new session often repeats bodies stored already
-        known = set()
+        known: set[str] = set()
         for chunk in chunks(list(bodies)):
             known.update(s.execute(_known_messages(), {"hashes": chunk}).scalars())
         bodies = {h: m for h, m in bodies.items() if h not in known}
@@ -205,7 +205,7 @@ def _extend_in_bulk(
         if linked is None and up is not None:  # rows a concurrent writer made are linked already
             links.append({"entry": entry, "up": up})
     if links:
-        table = EntryRow.__table__
+        table = cast(Table, EntryRow.__table__)
         s.execute(
             update(table).where(table.c.id == bindparam("entry")).values(parent_id=bindparam("up")),
             links,
@@ -301,7 +301,7 @@ def decode_view(raw: Sequence[str], view: Sequence[Any]) -> list[str]:
     return out
 
 
-def bodies(s: Session, hashes: Iterable[str]) -> dict[str, str]:
+def bodies(s: Executor, hashes: Iterable[str]) -> dict[str, str]:
     wanted = sorted(set(hashes))
     found: dict[str, str] = {}
     for chunk in chunks(wanted):
