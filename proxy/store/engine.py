@@ -136,11 +136,20 @@ class Writer:
             yield
 
     def run(self, work: Callable[[Session], T]) -> T:
+        redone = False  # one more run for a connection found dead before COMMIT was sent
         for attempt in range(RETRIES):
+            sent = False
             try:
-                with self._lock, Session(self.engine, expire_on_commit=False) as s, s.begin():
-                    return work(s)
+                with self._lock, Session(self.engine, expire_on_commit=False) as s:
+                    s.begin()
+                    result = work(s)
+                    sent = True
+                    s.commit()
+                    return result
             except (IntegrityError, OperationalError) as exc:
+                if exc.connection_invalidated and not (sent or redone):
+                    redone = True
+                    continue
                 if attempt == RETRIES - 1 or not _retryable(exc):
                     raise
                 log.info("store: retrying a write after %s", type(exc.orig).__name__)

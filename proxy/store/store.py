@@ -391,8 +391,11 @@ class Store:
         return pipelined.read(engine, lambda c: states.load(c, session_id, chain))
 
     def _read(self, query: Callable[[Session], T]) -> T:
-        with Session(self.engine) as s, s.begin():
-            return query(s)
+        def run(conn: Connection) -> T:
+            with Session(bind=conn) as s:
+                return query(s)
+
+        return pipelined.read(self.engine, run)
 
     def list_sessions(
         self, limit: int = 50, offset: int = 0, key_id: str | None = None

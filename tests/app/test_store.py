@@ -427,6 +427,10 @@ def test_connections_the_server_dropped_are_replaced_without_a_double_write() ->
             finish(s, ref, answer)
             _drop_other_connections(url)
             assert s.load_state("s1", [message_hash(m) for m in history]) is None
+        _drop_other_connections(url)
+        s.save_progress(ref, answer)  # an ORM write transaction
+        _drop_other_connections(url)
+        assert s.get_session("s1") is not None  # an audit read
         with s.engine.connect() as conn:
             assert conn.execute(select(func.count(ExchangeRow.id))).scalar_one() == 4
         assert [x.seq for x in s.list_exchanges("s1") or []] == [1, 2, 3, 4]
