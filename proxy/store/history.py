@@ -25,6 +25,7 @@ from strategies.messages import message_hash, orjson_exact
 
 CHUNK = 500  # bound parameters per IN (…) query
 KNOWN_CHECK = 8  # new messages from which the stored ones are looked up rather than re-sent
+FIRST_PROBE = 8  # positions looked up first, from a history's end (a turn adds a few)
 BULK = 3  # a new tail this long is inserted in one statement, then linked in one more
 
 
@@ -116,7 +117,7 @@ def longest_stored_prefix(
     return -1, None
 
 
-def probes(n: int, first: int = 8) -> Iterable[tuple[int, int]]:
+def probes(n: int, first: int = FIRST_PROBE) -> Iterable[tuple[int, int]]:
     """Windows of a history's positions, from its end: a few positions first (a history that
     grew by a turn is found there), then CHUNK at a time."""
     end = n
@@ -146,10 +147,12 @@ def extend(
     hashes: Sequence[str],
     now: datetime,
     chain: Sequence[str] | None = None,
+    stored: tuple[int, int | None] | None = None,
 ) -> tuple[int, int]:
-    """Store a history; return (id of its last entry, number of entries added)."""
+    """Store a history; return (id of its last entry, number of entries added). `stored`:
+    its longest stored prefix (position, entry id), when the caller looked it up already."""
     chain = prefix_chain(hashes) if chain is None else chain
-    pos, parent = longest_stored_prefix(s, session_id, chain)
+    pos, parent = stored if stored is not None else longest_stored_prefix(s, session_id, chain)
     tail = range(pos + 1, len(hashes))
     store_messages(s, {hashes[i]: messages[i] for i in tail}, now)
     if len(tail) >= BULK:

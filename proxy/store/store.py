@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import history, liveness, reads, states, writes
+from proxy.store import fastpath, history, liveness, pipelined, reads, states, writes
 from proxy.store.digest import fast_message_hash
 from proxy.store.engine import Writer, insert_ignore, make_engine
 from proxy.store.models import (
@@ -46,6 +46,11 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self._writer = Writer(self.engine)
+        # The hot path's state read on PostgreSQL: no BEGIN, no ROLLBACK, one query's trip.
+        self._pg = self.engine.dialect.name == "postgresql"
+        self._reads = (
+            self.engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else None
+        )
         self.instance: str | None = None  # this process's InstanceRow id, once registered
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -93,8 +98,13 @@ class Store:
 
         def work(conn: Connection) -> RequestRef:
             now = utcnow()
-            seq = writes.next_seq(conn, session_id, source, model, now, key_id)
-            leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+            if self._pg:
+                seq, leaf, added, taken = fastpath.open_turn(
+                    conn, session_id, source, model, now, key_id, messages, raw, chain
+                )
+            else:
+                seq = writes.next_seq(conn, session_id, source, model, now, key_id)
+                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
             added += before
             row = {
                 "session_id": session_id,
@@ -117,7 +127,11 @@ class Store:
                 "key_id": key_id,
                 "owner": self.instance,
             }
-            exchange_id = conn.execute(writes.insert_exchange(), row).scalar_one()
+            if self._pg:
+                exchange_id = taken
+                fastpath.insert_exchange(conn, exchange_id, row)
+            else:
+                exchange_id = conn.execute(writes.insert_exchange(), row).scalar_one()
             writes.keep_rewritten(conn, exchange_id, rewritten, now)
             if decided is not None:
                 writes.keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
@@ -227,27 +241,15 @@ class Store:
 
         def work(conn: Connection) -> None:
             now = utcnow()
-            if conn.execute(writes.exchange_exists(), {"xid": ref.exchange_id}).first() is None:
+            found = writes.answer_entry(conn, ref, response, answer, partial, now, self._pg)
+            if found is False:
                 log.info(
                     "store: session %s was deleted before exchange %d finished",
                     ref.session_id,
                     ref.seq,
                 )
                 return
-            entry_id = None
-            if response is not None and answer is not None:
-                history.store_messages(conn, {answer: response}, now)
-                position, prefix = writes.leaf_of(conn, ref)
-                entry_id, _ = history.append(
-                    conn,
-                    ref.session_id,
-                    ref.leaf_entry_id,
-                    position + 1,
-                    answer,
-                    history.link(prefix, answer),
-                    now,
-                    partial=partial,
-                )
+            entry_id = found
             values = {
                 "xid": ref.exchange_id,
                 "status": status,
@@ -368,12 +370,15 @@ class Store:
     def load_state(self, session_id: str, hashes: list[str]) -> states.Prior | None:
         """The compaction state of the longest prefix of this history that has one."""
         chain = history.prefix_chain(hashes)
-        with self.engine.connect() as conn:
-            return states.load(conn, session_id, chain)
+        engine = self._reads or self.engine
+        return pipelined.read(engine, lambda c: states.load(c, session_id, chain))
 
     def _read(self, query: Callable[[Session], T]) -> T:
-        with Session(self.engine) as s, s.begin():
-            return query(s)
+        def run(conn: Connection) -> T:
+            with Session(bind=conn) as s:
+                return query(s)
+
+        return pipelined.read(self.engine, run)
 
     def list_sessions(
         self, limit: int = 50, offset: int = 0, key_id: str | None = None

@@ -4,13 +4,14 @@ transactions."""
 from __future__ import annotations
 
 import operator
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, delete, exists, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from proxy.store import history, states
+from proxy.store import fastpath, history, states
 from proxy.store.engine import Executor, dialect_of, insert_ignore, statement
 from proxy.store.models import (
     CompiledRef,
@@ -187,3 +188,56 @@ def keep_rewritten(
     history.store_messages(s, rewritten, now)
     rows = [{"exchange_id": exchange_id, "message_hash": h} for h in sorted(rewritten)]
     insert_ignore(s, CompiledRef, rows)
+
+
+def answer_entry(
+    conn: Connection,
+    ref: RequestRef,
+    response: dict[str, Any] | None,
+    answer: str | None,
+    partial: bool,
+    now: datetime,
+    pg: bool,
+) -> int | None | bool:
+    """The answer's entry in the history (None without an answer), or False when the
+    exchange is gone. On PostgreSQL one statement checks both and takes the id."""
+    if response is None or answer is None:
+        found = conn.execute(exchange_exists(), {"xid": ref.exchange_id}).first()
+        return None if found is not None else False
+    position, prefix = leaf_of(conn, ref)
+    linked = history.link(prefix, answer)
+    if pg:
+        exists, entry_id, new_id = fastpath.answer_slot(
+            conn, ref.exchange_id, ref.session_id, linked
+        )
+        if not exists:
+            return False
+        history.store_messages(conn, {answer: response}, now)
+        if entry_id is None:
+            entry_id = new_id
+            fastpath.append_answer(
+                conn,
+                new_id,
+                ref.session_id,
+                ref.leaf_entry_id,
+                position + 1,
+                answer,
+                linked,
+                now,
+                partial,
+            )
+        return int(entry_id)
+    if conn.execute(exchange_exists(), {"xid": ref.exchange_id}).first() is None:
+        return False
+    history.store_messages(conn, {answer: response}, now)
+    entry_id, _ = history.append(
+        conn,
+        ref.session_id,
+        ref.leaf_entry_id,
+        position + 1,
+        answer,
+        linked,
+        now,
+        partial=partial,
+    )
+    return entry_id

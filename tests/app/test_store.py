@@ -415,3 +415,44 @@ def test_upgrade_is_idempotent_and_ping_answers(store: Store) -> None:
     store.upgrade()
     assert not store.needs_upgrade()
     store.ping()
+
+
+def test_connections_the_server_dropped_are_replaced_without_a_double_write() -> None:
+    """No ping per checkout on PostgreSQL: a pooled connection the server closed (a restart,
+    an idle timeout) is found dead by the first statement and the work runs once more."""
+    with postgres_database("ctxproxy_store") as url:
+        s = Store(url)
+        s.upgrade()
+        history, answer = [SYSTEM, user("one")], assistant("two")
+        finish(s, record(s, history), answer)
+        for step in range(3):
+            _drop_other_connections(url)
+            history = [*history, answer, user(f"u{step}")]
+            ref = record(s, history)
+            _drop_other_connections(url)
+            answer = assistant(f"a{step}")
+            finish(s, ref, answer)
+            _drop_other_connections(url)
+            assert s.load_state("s1", [message_hash(m) for m in history]) is None
+        _drop_other_connections(url)
+        s.save_progress(ref, answer)  # an ORM write transaction
+        _drop_other_connections(url)
+        assert s.get_session("s1") is not None  # an audit read
+        with s.engine.connect() as conn:
+            assert conn.execute(select(func.count(ExchangeRow.id))).scalar_one() == 4
+        assert [x.seq for x in s.list_exchanges("s1") or []] == [1, 2, 3, 4]
+        s.close()
+
+
+def _drop_other_connections(url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    admin = create_engine(url)
+    with admin.connect() as conn:
+        conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    admin.dispose()

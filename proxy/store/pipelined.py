@@ -1,0 +1,117 @@
+"""Write transactions in few round trips: psycopg's pipeline mode on PostgreSQL, and one retry
+on a connection found dead before anything was committed (instead of a ping per checkout)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import PoolProxiedConnection
+
+log = logging.getLogger("ctxproxy.store")
+T = TypeVar("T")
+PIPELINE = "ctxproxy_pipeline"  # key in a pooled connection's info: its open pipeline
+
+
+def transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """Run `work` in one transaction and commit it. A connection that turns out dead is
+    replaced once, but only when the failure came before COMMIT was sent: the server then
+    rolled the transaction back, so running it again cannot write anything twice."""
+    for attempt in (0, 1):
+        sent: list[bool] = []  # holds True once COMMIT is on its way
+        try:
+            with engine.connect() as conn:
+                if _can_pipeline(conn):
+                    return _pipelined(conn, work, sent)
+                with conn.begin() as trans:
+                    result = work(conn)
+                    sent.append(True)
+                    trans.commit()
+                    return result
+        except DBAPIError as exc:
+            if sent or attempt or not exc.connection_invalidated:
+                raise
+            log.info("store: a pooled connection was dead; retrying on a new one")
+    raise AssertionError("unreachable")
+
+
+def _can_pipeline(conn: Connection) -> bool:
+    raw = conn.connection.dbapi_connection
+    return conn.dialect.name == "postgresql" and hasattr(raw, "pipeline")
+
+
+def _pipelined(conn: Connection, work: Callable[[Connection], T], sent: list[bool]) -> T:
+    """BEGIN travels with the first statement that must wait; the rest and COMMIT leave
+    together at the pipeline's end, one round trip. psycopg would sync after a BEGIN of its
+    own, so the connection is in autocommit mode and the transaction is spelled out."""
+    import psycopg
+
+    conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+    fairy = conn.connection
+    raw: Any = fairy.dbapi_connection
+    try:
+        with raw.pipeline() as pipeline:
+            fairy.info[PIPELINE] = pipeline
+            conn.exec_driver_sql("BEGIN")
+            result = work(conn)
+            conn.exec_driver_sql("COMMIT")
+            sent.append(True)
+    except DBAPIError as exc:
+        # A lost connection shows as broken only once the pipeline has ended.
+        if (raw.closed or raw.broken) and not exc.connection_invalidated:
+            exc.connection_invalidated = True
+            _invalidate_pool(conn, fairy, exc)
+        raise
+    except psycopg.Error as exc:  # raised by the final sync: in SQLAlchemy's terms, as the rest
+        lost = raw.closed or raw.broken
+        if lost:
+            _invalidate_pool(conn, fairy, exc)
+        raise DBAPIError.instance(
+            None, None, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
+        ) from exc
+    finally:
+        fairy.info.pop(PIPELINE, None)
+        idle = psycopg.pq.TransactionStatus.IDLE
+        if not (raw.closed or raw.broken) and raw.info.transaction_status != idle:
+            raw.execute("ROLLBACK")  # a statement failed: the server still holds the block
+    return result
+
+
+def _invalidate_pool(conn: Connection, fairy: PoolProxiedConnection, exc: BaseException) -> None:
+    """As SQLAlchemy does on a disconnect it detects: the server likely dropped every pooled
+    connection (a restart), so all of them are replaced at their next checkout."""
+    conn.engine.pool._invalidate(fairy, exc)
+
+
+def read(engine: Engine, query: Callable[[Connection], T]) -> T:
+    """Run a read, retried once on a connection found dead (a read writes nothing)."""
+    for attempt in (0, 1):
+        try:
+            with engine.connect() as conn:
+                return query(conn)
+        except DBAPIError as exc:
+            if not (exc.connection_invalidated and attempt == 0):
+                raise
+            log.info("store: a pooled connection was dead; retrying on a new one")
+    raise AssertionError("unreachable")
+
+
+def sync_on_rows(engine: Engine) -> None:
+    """In a pipeline, a statement is only sent; SQLAlchemy reads its result's shape at once,
+    so a statement that returns rows is synced right away. The others (INSERTs, UPDATEs
+    without RETURNING) travel with the next one that must wait: their errors surface there,
+    or at COMMIT, inside the same transaction."""
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _sync(conn: Any, cursor: Any, statement: str, params: Any, ctx: Any, many: bool) -> None:
+        pipeline = conn.info.get(PIPELINE)
+        if pipeline is not None and _returns_rows(statement):
+            pipeline.sync()
+
+
+def _returns_rows(statement: str) -> bool:
+    head = statement.lstrip()[:6].upper()
+    return head in ("SELECT", "WITH") or "RETURNING" in statement
