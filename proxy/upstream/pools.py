@@ -47,6 +47,11 @@ class UpstreamPools(httpx.AsyncBaseTransport):
 def client_for(name: str) -> Callable[[httpx.Limits], httpx.AsyncBaseTransport]:
     """The transport for an upstream's pool. CTXPROXY_UPSTREAM_CLIENT=httpx-plain (for
     bench/overhead.py's --clients only) drops upstream/transport.py's checks to show their cost."""
+    if name in ("aiohttp", "aiohttp-keepalive"):
+        from proxy.upstream.aiotransport import AiohttpTransport
+
+        fresh = name == "aiohttp"
+        return lambda limits: AiohttpTransport(limits, fresh_connections=fresh)
     if name == "httpx-plain":
         return lambda limits: httpx.AsyncHTTPTransport(limits=limits)
     return CheckedTransport

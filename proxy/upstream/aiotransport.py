@@ -1,0 +1,157 @@
+"""aiohttp's client (llhttp's parser) behind httpx's transport interface, with the checks that keep
+one request's leftovers out of the next request's answer.
+
+aiohttp hands an idle pooled connection to the next request without asking whether an answer nobody
+asked for (a late 408, a forged answer) has been parsed into it meanwhile. So by default each
+request gets a fresh connection that is closed after its answer (`force_close`): nothing can wait in
+a connection for a later request. What the checks add: a status outside 200-599 (999, a 101) and an
+answer framed by both Transfer-Encoding and Content-Length are refused at the head (transport.py's
+`head_problem`); bytes past the end of an answer (parsed as another answer, or a parse error) are
+refused at the end of the body. Each is a MalformedAnswer (a 502), never an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import httpx
+from aiohttp.http_exceptions import HttpProcessingError
+from yarl import URL
+
+from proxy.upstream.transport import MalformedAnswer, head_problem
+
+SKIP = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")  # httpx already set ours
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    def __init__(self, limits: httpx.Limits, *, fresh_connections: bool = True) -> None:
+        self._limits, self._fresh = limits, fresh_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Built on first use, inside the running loop aiohttp needs.
+        if self._session is None:
+            connector = (aiohttp.TCPConnector if self._fresh else _CheckedConnector)(
+                limit=self._limits.max_connections or 0,
+                limit_per_host=0,
+                force_close=self._fresh,
+                keepalive_timeout=None if self._fresh else (self._limits.keepalive_expiry or 5.0),
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=SKIP,
+                response_class=_Response,
+            )
+        return self._session
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        t = request.extensions.get("timeout", {})
+        timeout = aiohttp.ClientTimeout(
+            connect=t.get("pool"), sock_connect=t.get("connect"), sock_read=t.get("read")
+        )
+        body = b"".join([part async for part in request.stream])  # type: ignore[union-attr]
+        headers = [(k, v) for k, v in request.headers.multi_items() if k != "host"]
+        try:
+            resp = await self._client().request(
+                request.method,
+                URL(str(request.url), encoded=True),
+                data=body or None,
+                headers=headers,
+                allow_redirects=False,
+                timeout=timeout,
+            )
+        except Exception as exc:
+            raise mapped(exc, request) from exc
+        response = httpx.Response(
+            resp.status,
+            headers=resp.raw_headers,
+            stream=_CheckedBody(resp, request),  # given here: httpx reads an absent body at once
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (resp.reason or "").encode()},
+        )
+        problem = head_problem(response)
+        if problem:
+            resp.close()
+            raise MalformedAnswer(problem, request=request)
+        return response
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class _CheckedConnector(aiohttp.TCPConnector):
+    """Keep-alive, for comparison (`aiohttp-keepalive`): a pooled connection that has parsed
+    something since it was idle (`should_close`) is closed instead of being handed out. `_get` is
+    aiohttp's private hook: tests/e2e/test_upstream_faults.py's late faults catch a change to it."""
+
+    async def _get(self, key: Any, traces: list[Any]) -> aiohttp.connector.Connection | None:
+        while (conn := await super()._get(key, traces)) is not None:
+            if conn.protocol is not None and not conn.protocol.should_close:
+                return conn
+            conn.close()
+        return None
+
+
+class _Response(aiohttp.ClientResponse):
+    """Keeps the connection's protocol (its parser's queue): aiohttp lets go of the connection as
+    soon as the body has arrived, often before `request()` returns."""
+
+    protocol: Any = None
+
+    async def start(self, connection: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
+        self.protocol = connection.protocol
+        return await super().start(connection)
+
+
+def leftover(protocol: Any) -> bool:
+    """Bytes past the answer: llhttp parsed them into another queued answer, or failed on them."""
+    if protocol is None:
+        return False
+    # Only a parse failure: a connection closed after the answer (ours, under force_close) is not.
+    return len(protocol) > 0 or isinstance(protocol.exception(), HttpProcessingError)
+
+
+class _CheckedBody(httpx.AsyncByteStream):
+    def __init__(self, resp: aiohttp.ClientResponse, request: httpx.Request) -> None:
+        self._resp, self._request, self._done = resp, request, False
+        self._protocol = resp.protocol if isinstance(resp, _Response) else None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in self._resp.content.iter_any():
+                yield part
+        except Exception as exc:
+            raise mapped(exc, self._request) from exc
+        if leftover(self._protocol):
+            self._resp.close()
+            raise MalformedAnswer(
+                "the upstream sent bytes past the end of its answer", request=self._request
+            )
+        self._done = True
+
+    async def aclose(self) -> None:
+        if self._done:
+            self._resp.release()
+        else:
+            self._resp.close()
+
+
+def mapped(exc: Exception, request: httpx.Request) -> httpx.HTTPError:
+    """aiohttp's errors as httpx's, so that send.py's 502/504 mapping holds for both clients."""
+    if isinstance(exc, httpx.HTTPError):
+        return exc
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(str(exc) or "connect timed out", request=request)
+    if isinstance(exc, (aiohttp.SocketTimeoutError, TimeoutError)):
+        return httpx.ReadTimeout(str(exc) or "read timed out", request=request)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        err = httpx.ConnectError(str(exc), request=request)
+        err.__cause__ = exc.os_error
+        return err
+    if isinstance(exc, OSError):
+        return httpx.ReadError(str(exc), request=request)
+    return httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}", request=request)
