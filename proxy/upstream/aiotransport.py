@@ -2,17 +2,19 @@
 one request's leftovers out of the next request's answer.
 
 aiohttp hands an idle pooled connection to the next request without asking whether an answer nobody
-asked for (a late 408, a forged answer) has been parsed into it meanwhile. So by default each
-request gets a fresh connection that is closed after its answer (`force_close`): nothing can wait in
-a connection for a later request. What the checks add: a status outside 200-599 (999, a 101) and an
-answer framed by both Transfer-Encoding and Content-Length are refused at the head (transport.py's
-`head_problem`); bytes past the end of an answer (parsed as another answer, or a parse error) are
-refused at the end of the body. Each is a MalformedAnswer (a 502), never an answer.
+asked for (a late 408, a forged answer) has been parsed into it meanwhile: `_CheckedConnector`
+closes such a connection instead. With `fresh_connections` (CTXPROXY_UPSTREAM_CLIENT=aiohttp-fresh)
+each request gets a new connection, closed after its answer, so nothing can wait in one at all.
+Both ways: a status outside 200-599 (999, a 101) and an answer framed by both Transfer-Encoding and
+Content-Length are refused at the head (transport.py's `head_problem`); bytes past the end of an
+answer (parsed as another answer, or a parse error) are refused at the end of the body. Each is a
+MalformedAnswer (a 502), never an answer; aiohttp never pools a connection that holds either.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -26,9 +28,14 @@ SKIP = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")  # httpx alre
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
-    def __init__(self, limits: httpx.Limits, *, fresh_connections: bool = True) -> None:
-        self._limits, self._fresh = limits, fresh_connections
+    def __init__(self, limits: httpx.Limits, *, fresh_connections: bool = False) -> None:
+        # Without the private hook `_CheckedConnector` needs, only fresh connections are safe.
+        self._limits = limits
+        self._fresh = fresh_connections or not callable(getattr(aiohttp.TCPConnector, "_get", None))
         self._session: aiohttp.ClientSession | None = None
+        # Our own wait for a connection: aiohttp's times the wait and the connect as one, and a
+        # busy upstream must be told apart from one that does not accept (send.py's 504 "busy").
+        self._slots = asyncio.Semaphore(limits.max_connections or 1_000_000)
 
     def _client(self) -> aiohttp.ClientSession:
         # Built on first use, inside the running loop aiohttp needs.
@@ -50,13 +57,35 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         t = request.extensions.get("timeout", {})
-        timeout = aiohttp.ClientTimeout(
-            connect=t.get("pool"), sock_connect=t.get("connect"), sock_read=t.get("read")
+        try:
+            async with asyncio.timeout(t.get("pool")):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise httpx.PoolTimeout("no free connection in time", request=request) from None
+        try:
+            resp = await self._send(request, t)
+        except BaseException:
+            self._slots.release()
+            raise
+        response = httpx.Response(
+            resp.status,
+            headers=resp.raw_headers,
+            # given here, not set later: httpx reads a response built without a stream at once
+            stream=_CheckedBody(resp, request, self._slots.release),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (resp.reason or "").encode()},
         )
+        problem = head_problem(response)
+        if problem:
+            await response.aclose()
+            raise MalformedAnswer(problem, request=request)
+        return response
+
+    async def _send(self, request: httpx.Request, t: dict[str, Any]) -> aiohttp.ClientResponse:
+        timeout = aiohttp.ClientTimeout(sock_connect=t.get("connect"), sock_read=t.get("read"))
         body = b"".join([part async for part in request.stream])  # type: ignore[union-attr]
         headers = [(k, v) for k, v in request.headers.multi_items() if k != "host"]
         try:
-            resp = await self._client().request(
+            return await self._client().request(
                 request.method,
                 URL(str(request.url), encoded=True),
                 data=body or None,
@@ -66,17 +95,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             )
         except Exception as exc:
             raise mapped(exc, request) from exc
-        response = httpx.Response(
-            resp.status,
-            headers=resp.raw_headers,
-            stream=_CheckedBody(resp, request),  # given here: httpx reads an absent body at once
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (resp.reason or "").encode()},
-        )
-        problem = head_problem(response)
-        if problem:
-            resp.close()
-            raise MalformedAnswer(problem, request=request)
-        return response
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -84,9 +102,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
 
 class _CheckedConnector(aiohttp.TCPConnector):
-    """Keep-alive, for comparison (`aiohttp-keepalive`): a pooled connection that has parsed
-    something since it was idle (`should_close`) is closed instead of being handed out. `_get` is
-    aiohttp's private hook: tests/e2e/test_upstream_faults.py's late faults catch a change to it."""
+    """A pooled connection that has parsed something since it went idle (`should_close`: a late
+    408, a forged answer, junk) is closed instead of handed out. `_get` is aiohttp's private hook:
+    tests/e2e/test_upstream_faults.py's late faults fail if an upgrade changes it."""
 
     async def _get(self, key: Any, traces: list[Any]) -> aiohttp.connector.Connection | None:
         while (conn := await super()._get(key, traces)) is not None:
@@ -116,8 +134,11 @@ def leftover(protocol: Any) -> bool:
 
 
 class _CheckedBody(httpx.AsyncByteStream):
-    def __init__(self, resp: aiohttp.ClientResponse, request: httpx.Request) -> None:
+    def __init__(
+        self, resp: aiohttp.ClientResponse, request: httpx.Request, let_go: Callable[[], None]
+    ) -> None:
         self._resp, self._request, self._done = resp, request, False
+        self._let_go: Callable[[], None] | None = let_go
         self._protocol = resp.protocol if isinstance(resp, _Response) else None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -138,6 +159,9 @@ class _CheckedBody(httpx.AsyncByteStream):
             self._resp.release()
         else:
             self._resp.close()
+        if self._let_go is not None:  # once, however often httpx closes
+            self._let_go, let_go = None, self._let_go
+            let_go()
 
 
 def mapped(exc: Exception, request: httpx.Request) -> httpx.HTTPError:
