@@ -159,8 +159,8 @@ class _CheckedBody(httpx.AsyncByteStream):
             self._resp.release()
         else:
             self._resp.close()
-        if self._let_go is not None:  # once, however often httpx closes
-            self._let_go, let_go = None, self._let_go
+        let_go, self._let_go = self._let_go, None  # once, however often httpx closes
+        if let_go is not None:
             let_go()
 
 
