@@ -176,6 +176,8 @@ def mapped(exc: Exception, request: httpx.Request) -> httpx.HTTPError:
         err = httpx.ConnectError(str(exc), request=request)
         err.__cause__ = exc.os_error
         return err
+    if isinstance(exc, aiohttp.ServerDisconnectedError):  # closed before any answer: httpcore's
+        return httpx.RemoteProtocolError("Server disconnected", request=request)  # words, send.py
     if isinstance(exc, OSError):
         return httpx.ReadError(str(exc), request=request)
     return httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}", request=request)
