@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import httpx
 
 from proxy.settings import Upstream
+from proxy.upstream.aiotransport import AiohttpTransport
 from proxy.upstream.transport import CheckedTransport
 
 Origin = tuple[bytes, bytes, int | None]
@@ -24,16 +25,17 @@ class UpstreamPools(httpx.AsyncBaseTransport):
 
     def __init__(self, upstreams: Sequence[Upstream]) -> None:
         self._pools: dict[Origin, httpx.AsyncBaseTransport] = {}
+        name = os.environ.get("CTXPROXY_UPSTREAM_CLIENT", "aiohttp")
         for u in upstreams:
             limits = httpx.Limits(
                 max_connections=u.max_connections,
                 max_keepalive_connections=min(u.max_connections, 64),
             )
             url = httpx.URL(u.base_url)
-            # httpx's transport for http and https alike, with upstream/transport.py's checks.
-            pool = client_for(os.environ.get("CTXPROXY_UPSTREAM_CLIENT", "httpx"))(limits)
+            # aiohttp's client behind httpx's interface, with upstream/aiotransport.py's checks.
+            pool = client_for(name)(limits)
             self._pools.setdefault(origin(url), pool)
-        self._other = CheckedTransport(OTHER)
+        self._other = client_for(name)(OTHER)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         pool = self._pools.get(origin(request.url), self._other)
@@ -45,8 +47,13 @@ class UpstreamPools(httpx.AsyncBaseTransport):
 
 
 def client_for(name: str) -> Callable[[httpx.Limits], httpx.AsyncBaseTransport]:
-    """The transport for an upstream's pool. CTXPROXY_UPSTREAM_CLIENT=httpx-plain (for
-    bench/overhead.py's --clients only) drops upstream/transport.py's checks to show their cost."""
+    """The transport for an upstream's pool, picked by CTXPROXY_UPSTREAM_CLIENT: `aiohttp` (the
+    default: aiohttp's client, keep-alive, upstream/aiotransport.py's checks), `aiohttp-fresh` (a
+    new connection per request), `httpx` (httpcore's pool with upstream/transport.py's checks),
+    `httpx-plain` (no checks: bench/overhead.py's --clients only, to show what they cost)."""
+    if name == "httpx":
+        return CheckedTransport
     if name == "httpx-plain":
         return lambda limits: httpx.AsyncHTTPTransport(limits=limits)
-    return CheckedTransport
+    fresh = name == "aiohttp-fresh"
+    return lambda limits: AiohttpTransport(limits, fresh_connections=fresh)

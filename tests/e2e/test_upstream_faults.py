@@ -109,3 +109,24 @@ def test_a_streamed_answer_with_bytes_past_its_end_ends_in_an_error_event(
     assert x["exchange"]["status"] == 200 and x["error"]["code"] == "upstream_invalid_response"
     got = [answer_text(chat(client, proxy, f"s-{i}", "raw-echo", f"s{i}")) for i in range(10)]
     assert got == [f"echo: s{i}" for i in range(10)]
+
+
+@pytest.mark.parametrize("name", ["httpx", "aiohttp-fresh"])
+@pytest.mark.parametrize(
+    "fault", ["late-408", "forged-answer-later", "forged-answer-after-body", "status-999"]
+)
+def test_the_other_selectable_clients_keep_one_answer_per_request(
+    client: httpx.Client,
+    start_proxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    fault: str,
+) -> None:
+    """CTXPROXY_UPSTREAM_CLIENT's other choices hold the default's line on the faults that leave
+    bytes behind in a connection (the rest of this file runs with the default)."""
+    monkeypatch.setenv("CTXPROXY_UPSTREAM_CLIENT", name)
+    with RawUpstream() as raw:  # its own: the same fault is sent once per client
+        test_a_fault_is_an_error_of_its_own_and_no_later_request_gets_another_answer(
+            raw, client, start_proxy, tmp_path, fault
+        )

@@ -1,0 +1,183 @@
+"""aiohttp's client (llhttp's parser) behind httpx's transport interface, with the checks that keep
+one request's leftovers out of the next request's answer.
+
+aiohttp hands an idle pooled connection to the next request without asking whether an answer nobody
+asked for (a late 408, a forged answer) has been parsed into it meanwhile: `_CheckedConnector`
+closes such a connection instead. With `fresh_connections` (CTXPROXY_UPSTREAM_CLIENT=aiohttp-fresh)
+each request gets a new connection, closed after its answer, so nothing can wait in one at all.
+Both ways: a status outside 200-599 (999, a 101) and an answer framed by both Transfer-Encoding and
+Content-Length are refused at the head (transport.py's `head_problem`); bytes past the end of an
+answer (parsed as another answer, or a parse error) are refused at the end of the body. Each is a
+MalformedAnswer (a 502), never an answer; aiohttp never pools a connection that holds either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import httpx
+from aiohttp.http_exceptions import HttpProcessingError
+from yarl import URL
+
+from proxy.upstream.transport import MalformedAnswer, head_problem
+
+SKIP = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")  # httpx already set ours
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    def __init__(self, limits: httpx.Limits, *, fresh_connections: bool = False) -> None:
+        # Without the private hook `_CheckedConnector` needs, only fresh connections are safe.
+        self._limits = limits
+        self._fresh = fresh_connections or not callable(getattr(aiohttp.TCPConnector, "_get", None))
+        self._session: aiohttp.ClientSession | None = None
+        # Our own wait for a connection: aiohttp's times the wait and the connect as one, and a
+        # busy upstream must be told apart from one that does not accept (send.py's 504 "busy").
+        self._slots = asyncio.Semaphore(limits.max_connections or 1_000_000)
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Built on first use, inside the running loop aiohttp needs.
+        if self._session is None:
+            connector = (aiohttp.TCPConnector if self._fresh else _CheckedConnector)(
+                limit=self._limits.max_connections or 0,
+                limit_per_host=0,
+                force_close=self._fresh,
+                keepalive_timeout=None if self._fresh else (self._limits.keepalive_expiry or 5.0),
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=SKIP,
+                response_class=_Response,
+            )
+        return self._session
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        t = request.extensions.get("timeout", {})
+        try:
+            async with asyncio.timeout(t.get("pool")):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise httpx.PoolTimeout("no free connection in time", request=request) from None
+        try:
+            resp = await self._send(request, t)
+        except BaseException:
+            self._slots.release()
+            raise
+        response = httpx.Response(
+            resp.status,
+            headers=resp.raw_headers,
+            # given here, not set later: httpx reads a response built without a stream at once
+            stream=_CheckedBody(resp, request, self._slots.release),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (resp.reason or "").encode()},
+        )
+        problem = head_problem(response)
+        if problem:
+            await response.aclose()
+            raise MalformedAnswer(problem, request=request)
+        return response
+
+    async def _send(self, request: httpx.Request, t: dict[str, Any]) -> aiohttp.ClientResponse:
+        timeout = aiohttp.ClientTimeout(sock_connect=t.get("connect"), sock_read=t.get("read"))
+        body = b"".join([part async for part in request.stream])  # type: ignore[union-attr]
+        headers = [(k, v) for k, v in request.headers.multi_items() if k != "host"]
+        try:
+            return await self._client().request(
+                request.method,
+                URL(str(request.url), encoded=True),
+                data=body or None,
+                headers=headers,
+                allow_redirects=False,
+                timeout=timeout,
+            )
+        except Exception as exc:
+            raise mapped(exc, request) from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class _CheckedConnector(aiohttp.TCPConnector):
+    """A pooled connection that has parsed something since it went idle (`should_close`: a late
+    408, a forged answer, junk) is closed instead of handed out. `_get` is aiohttp's private hook:
+    tests/e2e/test_upstream_faults.py's late faults fail if an upgrade changes it."""
+
+    async def _get(self, key: Any, traces: list[Any]) -> aiohttp.connector.Connection | None:
+        while (conn := await super()._get(key, traces)) is not None:
+            if conn.protocol is not None and not conn.protocol.should_close:
+                return conn
+            conn.close()
+        return None
+
+
+class _Response(aiohttp.ClientResponse):
+    """Keeps the connection's protocol (its parser's queue): aiohttp lets go of the connection as
+    soon as the body has arrived, often before `request()` returns."""
+
+    protocol: Any = None
+
+    async def start(self, connection: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
+        self.protocol = connection.protocol
+        return await super().start(connection)
+
+
+def leftover(protocol: Any) -> bool:
+    """Bytes past the answer: llhttp parsed them into another queued answer, or failed on them."""
+    if protocol is None:
+        return False
+    # Only a parse failure: a connection closed after the answer (ours, under force_close) is not.
+    return len(protocol) > 0 or isinstance(protocol.exception(), HttpProcessingError)
+
+
+class _CheckedBody(httpx.AsyncByteStream):
+    def __init__(
+        self, resp: aiohttp.ClientResponse, request: httpx.Request, let_go: Callable[[], None]
+    ) -> None:
+        self._resp, self._request, self._done = resp, request, False
+        self._let_go: Callable[[], None] | None = let_go
+        self._protocol = resp.protocol if isinstance(resp, _Response) else None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in self._resp.content.iter_any():
+                yield part
+        except Exception as exc:
+            raise mapped(exc, self._request) from exc
+        if leftover(self._protocol):
+            self._resp.close()
+            raise MalformedAnswer(
+                "the upstream sent bytes past the end of its answer", request=self._request
+            )
+        self._done = True
+
+    async def aclose(self) -> None:
+        if self._done:
+            self._resp.release()
+        else:
+            self._resp.close()
+        let_go, self._let_go = self._let_go, None  # once, however often httpx closes
+        if let_go is not None:
+            let_go()
+
+
+def mapped(exc: Exception, request: httpx.Request) -> httpx.HTTPError:
+    """aiohttp's errors as httpx's, so that send.py's 502/504 mapping holds for both clients."""
+    if isinstance(exc, httpx.HTTPError):
+        return exc
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(str(exc) or "connect timed out", request=request)
+    if isinstance(exc, (aiohttp.SocketTimeoutError, TimeoutError)):
+        return httpx.ReadTimeout(str(exc) or "read timed out", request=request)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        err = httpx.ConnectError(str(exc), request=request)
+        err.__cause__ = exc.os_error
+        return err
+    if isinstance(exc, aiohttp.ServerDisconnectedError):  # closed before any answer: httpcore's
+        return httpx.RemoteProtocolError("Server disconnected", request=request)  # words, send.py
+    if isinstance(exc, OSError):
+        return httpx.ReadError(str(exc), request=request)
+    return httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}", request=request)
