@@ -12,7 +12,7 @@ import json
 import random
 from typing import Any
 
-from bench import common as c
+from bench import histories, stub
 
 CLAUDE_TOOLS = 24
 CODEX_TOOLS = 10
@@ -21,7 +21,7 @@ CODEX_TOOLS = 10
 def prose(tokens: int, seed: int) -> str:
     """Deterministic documentation-like text of about `tokens` cl100k tokens (~1.3 per word)."""
     rnd = random.Random(seed)
-    words = [rnd.choice(c.WORDS) for _ in range(int(tokens / 1.08))]
+    words = [rnd.choice(histories.WORDS) for _ in range(int(tokens / 1.08))]
     lines = [" ".join(words[i : i + 14]) + "." for i in range(0, len(words), 14)]
     return "\n".join(lines)
 
@@ -48,7 +48,7 @@ def claude_tools() -> list[dict[str, Any]]:
 def claude_base(session: str, system_tokens: int = 20_000) -> dict[str, Any]:
     """Claude Code's first request of a session: the fixed part and the task."""
     return {
-        "model": c.MODEL,
+        "model": stub.MODEL,
         "max_tokens": 32_000,
         "system": [
             {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
@@ -60,7 +60,7 @@ def claude_base(session: str, system_tokens: int = 20_000) -> dict[str, Any]:
         ],
         "tools": claude_tools(),
         "metadata": {"user_id": f"user_bench_account__session_{session}"},
-        "messages": [{"role": "user", "content": [{"type": "text", "text": c.TASK}]}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": histories.TASK}]}],
     }
 
 
@@ -72,7 +72,7 @@ def claude_step(n: int) -> list[dict[str, Any]]:
         "name": f"Tool{n % CLAUDE_TOOLS}",
         "input": {"param_0": f"pytest tests/test_db.py -k case_{n}"},
     }
-    result = {"type": "tool_result", "tool_use_id": call["id"], "content": c.tool_output(n)}
+    result = {"type": "tool_result", "tool_use_id": call["id"], "content": histories.tool_output(n)}
     return [
         {"role": "assistant", "content": [{"type": "text", "text": f"Step {n}."}, call]},
         {"role": "user", "content": [result]},
@@ -104,13 +104,13 @@ def codex_step(n: int) -> list[dict[str, Any]]:
     args = json.dumps({"command": ["bash", "-lc", f"pytest -k case_{n}"]})
     return [
         {"type": "function_call", "name": "tool_0", "arguments": args, "call_id": call_id},
-        {"type": "function_call_output", "call_id": call_id, "output": c.tool_output(n)},
+        {"type": "function_call_output", "call_id": call_id, "output": histories.tool_output(n)},
     ]
 
 
 def codex_session(session: str, turns: int, instructions_tokens: int = 8_000) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "model": c.MODEL,
+        "model": stub.MODEL,
         "instructions": prose(instructions_tokens, 9),
         "tools": codex_tools(),
         "tool_choice": "auto",
@@ -119,7 +119,11 @@ def codex_session(session: str, turns: int, instructions_tokens: int = 8_000) ->
         "stream": False,
         "prompt_cache_key": f"bench-{session}",
         "input": [
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": c.TASK}]}
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": histories.TASK}],
+            }
         ],
     }
     for n in range(turns):

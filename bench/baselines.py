@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import QUIET  # offline, no telemetry: the same for every peer run
+from bench.peer_proxies import QUIET  # offline, no telemetry: the same for every peer run
 
 Messages = list[dict]
 Count = Callable[[Messages], int]  # tokens of a whole request, as the benchmark counts them

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from bench import common as c
+from bench import histories, tabulate
 from bench import sessions as s
 
 TOOL_NAMES = [
@@ -47,7 +47,7 @@ DOCS = ["README.md", "bench/README.md", "tests/llama/LLAMACPP_NOTES.md"]
 def system_prompt(tokens: int) -> str:
     from proxy.exchange.tokens import TokenCounter
 
-    text = "\n\n".join((c.ROOT.parent / p).read_text() for p in DOCS)
+    text = "\n\n".join((tabulate.ROOT.parent / p).read_text() for p in DOCS)
     while TokenCounter().text(text) < tokens:
         text += "\n\n" + text
     enc = TokenCounter()._enc
@@ -55,7 +55,7 @@ def system_prompt(tokens: int) -> str:
 
 
 def tools() -> list[dict[str, Any]]:
-    doc = (c.ROOT.parent / "README.md").read_text().split("\n\n")
+    doc = (tabulate.ROOT.parent / "README.md").read_text().split("\n\n")
     out = []
     for i, name in enumerate(TOOL_NAMES):
         props = {
@@ -297,12 +297,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="system-prompt tokens:window pairs")  # fmt: skip
     ap.add_argument("--modes", nargs="+", default=["translated", "native", "native+recall"])
     ap.add_argument("--quick", action="store_true", help="20 turns, one 16k run per mode")
-    ap.add_argument("--out", type=Path, default=c.RESULTS)
+    ap.add_argument("--out", type=Path, default=tabulate.RESULTS)
     args = ap.parse_args(argv)
     if args.quick:
         args.turns, args.runs = 20, "4000:16384"
     session = s.build_session(args.turns)
-    schemas = c.count_tokens([{"role": "system", "content": json.dumps(tools())}])
+    schemas = histories.count_tokens([{"role": "system", "content": json.dumps(tools())}])
     print(f"{len(tools())} tools, {schemas:,} tokens; {args.turns} turns")
     results = []
     for pair in args.runs.split(","):
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(results[-1])
     report(results)
     data = {"turns": args.turns, "runs": [r.__dict__ for r in results]}
-    print(f"\nwrote {c.write_json('claude_code', data, args.out)}")
+    print(f"\nwrote {tabulate.write_json('claude_code', data, args.out)}")
     return data
 
 
@@ -327,7 +327,7 @@ def report(results: list[Result]) -> None:
          f"{sum(r.kept.values())}/{len(r.kept)}"]
         for r in results
     ]  # fmt: skip
-    print(c.table(header, rows))
+    print(tabulate.table(header, rows))
     for r in results:
         for sample in r.error_samples:
             print(f"  {r.system_tokens:,}/{r.window:,} {r.mode}: {sample}")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from proxy.testing.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CTXPROXY = str(Path(sys.executable).with_name("ctxproxy"))
@@ -40,12 +41,6 @@ class Tally:
     latencies: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     rss_kib: list[tuple[float, int]] = field(default_factory=list)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:

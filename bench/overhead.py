@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import common as c
+from bench import histories, loadgen, peer_proxies, procmem, spawn, stub, tabulate
 
 SIZES = {"8k": (20, 8_000), "150k": (400, 150_000)}
 TINY = {"tiny": (6, 400)}
@@ -36,7 +36,7 @@ KINDS = ("continuing", "new")
 # every request is new to every proxy without re-encoding the body.
 MARK = b"zq000000000000"
 _COUNTER = itertools.count(1)
-ANSWER = {"role": "assistant", "content": "".join(c.WORDS_OUT)}  # what the upstream answers
+ANSWER = {"role": "assistant", "content": "".join(stub.WORDS_OUT)}  # what the upstream answers
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Workload:
         """A continuing session's stored history: its own task, so its own session."""
         msgs = [dict(m) for m in self.messages]
         msgs[1] = {**msgs[1], "content": f"{msgs[1]['content']} (session {next(_COUNTER)})"}
-        return {"model": c.MODEL, "messages": msgs}
+        return {"model": stub.MODEL, "messages": msgs}
 
     def turn(self, base: dict[str, Any] | None) -> dict[str, Any]:
         """The timed request: the stored history plus the answer and one new user message
@@ -102,15 +102,15 @@ class Workload:
             return {**base, "messages": [*base["messages"], ANSWER, nxt]}
         msgs = list(self.messages)
         msgs[1] = {**msgs[1], "content": f"{msgs[1]['content']} (run {mark})"}
-        return {"model": c.MODEL, "messages": msgs}
+        return {"model": stub.MODEL, "messages": msgs}
 
 
-async def prime(t: c.Target, base: dict[str, Any]) -> None:
-    conn = c.Conn(t.server.port)
+async def prime(t: loadgen.Target, base: dict[str, Any]) -> None:
+    conn = loadgen.Conn(t.server.port)
     try:
         status, _, _, body = await conn.send(t.request(base))
         if status != 200:
-            raise c.BenchError(f"HTTP {status}: {body[:300]!r}")
+            raise loadgen.BenchError(f"HTTP {status}: {body[:300]!r}")
     finally:
         await conn.close()
 
@@ -119,13 +119,13 @@ async def timed(
     port: int, make: Callable[[], bytes], n: int, budget_s: float
 ) -> list[tuple[float, float]]:
     """Up to n sequential requests on one connection: (first byte, total) seconds."""
-    conn, out = c.Conn(port), []
+    conn, out = loadgen.Conn(port), []
     stop = time.perf_counter() + budget_s
     try:
         for _ in range(n):
             status, first, total, body = await conn.send(make())
             if status != 200:
-                raise c.BenchError(f"HTTP {status}: {body[:300]!r}")
+                raise loadgen.BenchError(f"HTTP {status}: {body[:300]!r}")
             out.append((first, total))
             if time.perf_counter() > stop and len(out) >= 3:
                 break
@@ -134,7 +134,7 @@ async def timed(
     return out
 
 
-async def latency_block(t: c.Target, w: Workload, stream: bool, plan: Plan) -> list[float]:
+async def latency_block(t: loadgen.Target, w: Workload, stream: bool, plan: Plan) -> list[float]:
     base = w.base() if w.kind == "continuing" else None
     if base is not None:
         await prime(t, base)
@@ -144,7 +144,7 @@ async def latency_block(t: c.Target, w: Workload, stream: bool, plan: Plan) -> l
     return [first if stream else total for first, total in got]
 
 
-async def throughput(t: c.Target, w: Workload, clients: int, seconds: float) -> float:
+async def throughput(t: loadgen.Target, w: Workload, clients: int, seconds: float) -> float:
     """Requests/s with `clients` connections, each continuing its own session."""
     bases = [w.base() for _ in range(clients)]
     await asyncio.gather(*(prime(t, b) for b in bases))
@@ -154,7 +154,7 @@ async def throughput(t: c.Target, w: Workload, clients: int, seconds: float) -> 
 
     async def client(template: bytes) -> None:
         nonlocal done
-        conn = c.Conn(t.server.port)
+        conn = loadgen.Conn(t.server.port)
         try:
             while time.perf_counter() < stop:
                 status, _, _, body = await conn.send(variant(template))
@@ -168,7 +168,7 @@ async def throughput(t: c.Target, w: Workload, clients: int, seconds: float) -> 
     start = time.perf_counter()
     await asyncio.gather(*(client(tp) for tp in templates))
     if errors:
-        raise c.BenchError(errors[0])
+        raise loadgen.BenchError(errors[0])
     return done / (time.perf_counter() - start)
 
 
@@ -186,11 +186,11 @@ class Cell:
 
 
 async def side_by_side(
-    targets: list[c.Target], sizes: dict[str, tuple[int, int]], plan: Plan, bar: Any
+    targets: list[loadgen.Target], sizes: dict[str, tuple[int, int]], plan: Plan, bar: Any
 ) -> dict[str, dict[str, dict[str, Cell]]]:
     cells: dict[str, dict[str, dict[str, Cell]]] = {}
     for size, (messages, tokens) in sizes.items():
-        history = c.history_for_tokens(messages, tokens)
+        history = histories.history_for_tokens(messages, tokens)
         loads = {k: Workload(k, history) for k in KINDS}
         cells[size] = {k: {t.name: Cell(error=t.server.error) for t in targets} for k in KINDS}
         live = [t for t in targets if not t.server.error]
@@ -200,7 +200,7 @@ async def side_by_side(
                 try:
                     for stream in (False, True):
                         await latency_block(t, w, stream, Plan(latency_n=plan.warmup))
-                except (c.BenchError, OSError, asyncio.IncompleteReadError) as exc:
+                except (loadgen.BenchError, OSError, asyncio.IncompleteReadError) as exc:
                     cell.error = f"{type(exc).__name__}: {exc}"[:300]
         for r in range(plan.rounds):
             order = live[r % len(live) :] + live[: r % len(live)]
@@ -215,15 +215,15 @@ async def side_by_side(
                             if w.kind == "continuing":
                                 rps = await throughput(t, w, plan.clients, plan.throughput_s)
                                 cell.rps.append(rps)
-                        except (c.BenchError, OSError, asyncio.IncompleteReadError) as exc:
+                        except (loadgen.BenchError, OSError, asyncio.IncompleteReadError) as exc:
                             cell.error = f"{type(exc).__name__}: {exc}"[:300]
                     bar.update(1)
     return cells
 
 
 def stat(xs: list[float]) -> dict[str, float]:
-    lo, hi = c.spread(xs)
-    return {"median": c.median(xs), "min": lo, "max": hi, "rounds": len(xs)}
+    lo, hi = tabulate.spread(xs)
+    return {"median": tabulate.median(xs), "min": lo, "max": hi, "rounds": len(xs)}
 
 
 def latency_figures(cells: dict[str, dict[str, dict[str, Cell]]]) -> dict[str, Any]:
@@ -233,16 +233,16 @@ def latency_figures(cells: dict[str, dict[str, dict[str, Cell]]]) -> dict[str, A
     for size, kinds in cells.items():
         for kind, by_target in kinds.items():
             direct = by_target["direct"]
-            d50 = [c.percentile(x, 0.5) * 1000 for x in direct.plain]
-            df50 = [c.percentile(x, 0.5) * 1000 for x in direct.stream]
+            d50 = [tabulate.percentile(x, 0.5) * 1000 for x in direct.plain]
+            df50 = [tabulate.percentile(x, 0.5) * 1000 for x in direct.stream]
             fig = out.setdefault(size, {}).setdefault(kind, {})
             for name, cell in by_target.items():
                 if cell.error or not cell.plain:
                     fig[name] = {"error": cell.error or "no samples"}
                     continue
-                p50 = [c.percentile(x, 0.5) * 1000 for x in cell.plain]
-                p99 = [c.percentile(x, 0.99) * 1000 for x in cell.plain]
-                f50 = [c.percentile(x, 0.5) * 1000 for x in cell.stream]
+                p50 = [tabulate.percentile(x, 0.5) * 1000 for x in cell.plain]
+                p99 = [tabulate.percentile(x, 0.99) * 1000 for x in cell.plain]
+                f50 = [tabulate.percentile(x, 0.5) * 1000 for x in cell.stream]
                 n, ns = min(len(p50), len(d50)), min(len(f50), len(df50))
                 fig[name] = {
                     "samples": sum(len(x) for x in cell.plain),
@@ -260,11 +260,11 @@ def _cell(st: dict[str, float] | None, added: bool) -> str:
     if not st or st["median"] != st["median"]:
         return "-"
     m = st["median"]
-    txt = c.fmt(m, 2 if abs(m) < 10 else 1)
+    txt = tabulate.fmt(m, 2 if abs(m) < 10 else 1)
     if added and m >= 0:
         txt = "+" + txt
     if st.get("rounds", 1) > 1:
-        txt += f" [{c.fmt(st['min'], 1)}–{c.fmt(st['max'], 1)}]"
+        txt += f" [{tabulate.fmt(st['min'], 1)}–{tabulate.fmt(st['max'], 1)}]"
     return txt
 
 
@@ -297,27 +297,27 @@ def render_latency(figs: dict[str, Any], names: list[str], peers: list[str]) -> 
                 pick = min if better == "low" else max
                 best = pick(ok, key=ok.get) if ok else None
                 mine = values.get("ctxproxy")
-                vs = c.ratio(mine, ok.get(best)) if best else "-"
+                vs = tabulate.ratio(mine, ok.get(best)) if best else "-"
                 rows.append([size, kind, label, *cells, best or "-", vs])
-    return c.table(header, rows, left=3)
+    return tabulate.table(header, rows, left=3)
 
 
 # --- 3: growth of the per-turn cost in one session ----------------------------------------
 
 
-async def growth(proxy: c.Target, direct: c.Target, plan: Plan, bar: Any) -> list[dict]:
+async def growth(proxy: loadgen.Target, direct: loadgen.Target, plan: Plan, bar: Any) -> list[dict]:
     """One session through ctxproxy (and the same requests direct) growing to the last
     checkpoint; at each checkpoint, `growth_turns` timed turns of +2 messages each."""
     last = plan.growth[-1]
     lines = _lines_for(last, plan.growth_tokens)
-    task = {"role": "user", "content": f"{c.TASK} (growth {next(_COUNTER)})"}
+    task = {"role": "user", "content": f"{histories.TASK} (growth {next(_COUNTER)})"}
 
     def history(m: int) -> dict[str, Any]:
-        msgs = c.agent_history(m, lines)
+        msgs = histories.agent_history(m, lines)
         msgs[1] = task
-        return {"model": c.MODEL, "messages": msgs}
+        return {"model": stub.MODEL, "messages": msgs}
 
-    conns = {t.name: c.Conn(t.server.port) for t in (proxy, direct)}
+    conns = {t.name: loadgen.Conn(t.server.port) for t in (proxy, direct)}
     points = []
     try:
         for m in plan.growth:
@@ -333,13 +333,13 @@ async def growth(proxy: c.Target, direct: c.Target, plan: Plan, bar: Any) -> lis
                     got[t.name] = await _send(conns[t.name], t.request(req))
                 added.append((got[proxy.name] - got[direct.name]) * 1000)
                 directs.append(got[direct.name] * 1000)
-            tokens = c.count_tokens(history(m)["messages"])
+            tokens = histories.count_tokens(history(m)["messages"])
             points.append(
                 {
                     "messages": m,
                     "tokens": tokens,
-                    "direct_ms": c.median(directs),
-                    "added_ms": c.median(added),
+                    "direct_ms": tabulate.median(directs),
+                    "added_ms": tabulate.median(added),
                     "added_all": added,
                 }
             )
@@ -353,14 +353,18 @@ async def growth(proxy: c.Target, direct: c.Target, plan: Plan, bar: Any) -> lis
 def _lines_for(messages: int, tokens: int) -> int:
     """Tool-output lines per step for an agent history of `messages` of about `tokens`."""
     per_line = 13
-    without = c.count_tokens(c.agent_history(min(messages, 200), 0)) * messages / min(messages, 200)
+    without = (
+        histories.count_tokens(histories.agent_history(min(messages, 200), 0))
+        * messages
+        / min(messages, 200)
+    )
     return max(1, round((tokens - without) / (per_line * messages / 2)))
 
 
-async def _send(conn: c.Conn, request: bytes) -> float:
+async def _send(conn: loadgen.Conn, request: bytes) -> float:
     status, _, total, body = await conn.send(request)
     if status != 200:
-        raise c.BenchError(f"HTTP {status}: {body[:300]!r}")
+        raise loadgen.BenchError(f"HTTP {status}: {body[:300]!r}")
     return total
 
 
@@ -370,14 +374,14 @@ def render_growth(points: list[dict]) -> str:
         [
             str(p["messages"]),
             f"{p['tokens']:,}",
-            c.fmt(p["direct_ms"], 2),
-            c.fmt(p["added_ms"], 2),
-            c.ratio(p["added_ms"], first),
+            tabulate.fmt(p["direct_ms"], 2),
+            tabulate.fmt(p["added_ms"], 2),
+            tabulate.ratio(p["added_ms"], first),
         ]
         for p in points
     ]
     header = ["messages", "tokens", "direct ms", "ctxproxy added ms", "÷ first"]
-    return c.table(header, rows, left=0)
+    return tabulate.table(header, rows, left=0)
 
 
 # --- 4: does anything stall while one client sends a huge request? ------------------------
@@ -387,22 +391,24 @@ STALL_LIMIT_S = 90
 
 
 def huge_by_messages(n: int) -> dict[str, Any]:
-    msgs = c.agent_history(n, 1)
-    msgs[1] = {"role": "user", "content": f"{c.TASK} (huge {next(_COUNTER)})"}
-    return {"model": c.MODEL, "messages": msgs}
+    msgs = histories.agent_history(n, 1)
+    msgs[1] = {"role": "user", "content": f"{histories.TASK} (huge {next(_COUNTER)})"}
+    return {"model": stub.MODEL, "messages": msgs}
 
 
 def huge_by_bytes(size: int) -> dict[str, Any]:
     """About `size` bytes of JSON: an agent history of 100 tool outputs of size/100 bytes."""
     steps = 50
     lines = max(1, size // (steps * 75))  # ~75 bytes a line, then corrected once
-    got = len(json.dumps(c.agent_history(2 + 2 * steps, lines)))
-    msgs = c.agent_history(2 + 2 * steps, max(1, round(lines * size / got)))
-    msgs[1] = {"role": "user", "content": f"{c.TASK} (huge {next(_COUNTER)})"}
-    return {"model": c.MODEL, "messages": msgs}
+    got = len(json.dumps(histories.agent_history(2 + 2 * steps, lines)))
+    msgs = histories.agent_history(2 + 2 * steps, max(1, round(lines * size / got)))
+    msgs[1] = {"role": "user", "content": f"{histories.TASK} (huge {next(_COUNTER)})"}
+    return {"model": stub.MODEL, "messages": msgs}
 
 
-async def stall(proxy: c.Target, direct: c.Target, body: dict[str, Any], quiet: bytes) -> dict:
+async def stall(
+    proxy: loadgen.Target, direct: loadgen.Target, body: dict[str, Any], quiet: bytes
+) -> dict:
     """Send `body` once; meanwhile poll /healthz every 10 ms and keep another session busy."""
     health = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{proxy.server.port}\r\n\r\n".encode()
     data = proxy.request(body)
@@ -411,7 +417,7 @@ async def stall(proxy: c.Target, direct: c.Target, body: dict[str, Any], quiet: 
     result: dict[str, Any] = {"bytes": len(data), "messages": len(body["messages"])}
 
     async def big() -> None:
-        conn = c.Conn(proxy.server.port)
+        conn = loadgen.Conn(proxy.server.port)
         t0 = time.perf_counter()
         try:
             status, _, _, answer = await asyncio.wait_for(conn.send(data), STALL_LIMIT_S)
@@ -427,7 +433,7 @@ async def stall(proxy: c.Target, direct: c.Target, body: dict[str, Any], quiet: 
             await conn.close()
 
     async def poll(done: asyncio.Task) -> None:
-        conn = c.Conn(proxy.server.port)
+        conn = loadgen.Conn(proxy.server.port)
         try:
             while not done.done():
                 _, _, total, _ = await conn.send(health)
@@ -437,7 +443,7 @@ async def stall(proxy: c.Target, direct: c.Target, body: dict[str, Any], quiet: 
             await conn.close()
 
     async def other(done: asyncio.Task) -> None:
-        conn = c.Conn(proxy.server.port)
+        conn = loadgen.Conn(proxy.server.port)
         try:
             while not done.done():
                 others.append(await _send(conn, variant(quiet)) * 1000)
@@ -449,12 +455,12 @@ async def stall(proxy: c.Target, direct: c.Target, body: dict[str, Any], quiet: 
     await asyncio.gather(task, poll(task), other(task))
     result |= {
         "healthz_n": len(polls),
-        "healthz_p50_ms": c.percentile(polls, 0.5),
-        "healthz_p99_ms": c.percentile(polls, 0.99),
+        "healthz_p50_ms": tabulate.percentile(polls, 0.5),
+        "healthz_p99_ms": tabulate.percentile(polls, 0.99),
         "healthz_max_ms": max(polls, default=float("nan")),
         "other_n": len(others),
-        "other_p50_ms": c.percentile(others, 0.5),
-        "other_p99_ms": c.percentile(others, 0.99),
+        "other_p50_ms": tabulate.percentile(others, 0.5),
+        "other_p99_ms": tabulate.percentile(others, 0.99),
         "other_max_ms": max(others, default=float("nan")),
     }
     return result
@@ -481,17 +487,17 @@ def render_stall(rows: dict[str, dict]) -> str:
                 name,
                 f"{r['bytes'] / 1e6:.1f} MB",
                 str(r.get("status")),
-                c.fmt(r.get("seconds"), 2),
+                tabulate.fmt(r.get("seconds"), 2),
                 str(r["healthz_n"]),
-                c.fmt(r["healthz_p50_ms"], 2),
-                c.fmt(r["healthz_p99_ms"], 2),
-                c.fmt(r["healthz_max_ms"], 1),
+                tabulate.fmt(r["healthz_p50_ms"], 2),
+                tabulate.fmt(r["healthz_p99_ms"], 2),
+                tabulate.fmt(r["healthz_max_ms"], 1),
                 str(r["other_n"]),
-                c.fmt(r["other_p99_ms"], 2),
-                c.fmt(r["other_max_ms"], 1),
+                tabulate.fmt(r["other_p99_ms"], 2),
+                tabulate.fmt(r["other_max_ms"], 1),
             ]
         )
-    return c.table(header, out, left=1)
+    return tabulate.table(header, out, left=1)
 
 
 # --- 5: memory under sustained load -------------------------------------------------------
@@ -499,7 +505,7 @@ def render_stall(rows: dict[str, dict]) -> str:
 
 def rss_mb(pid: int) -> float:
     total = 0
-    for p in c._tree(pid):
+    for p in procmem._tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -509,7 +515,7 @@ def rss_mb(pid: int) -> float:
     return total / 1024
 
 
-async def memory(proxy: c.Target, w: Workload, plan: Plan, bar: Any) -> dict:
+async def memory(proxy: loadgen.Target, w: Workload, plan: Plan, bar: Any) -> dict:
     """RSS after warm-up and after rss_requests more, 8 clients continuing their sessions."""
     clients = 8
     bases = [w.base() for _ in range(clients)]
@@ -523,7 +529,7 @@ async def memory(proxy: c.Target, w: Workload, plan: Plan, bar: Any) -> dict:
 
         async def client(template: bytes) -> None:
             nonlocal left
-            conn = c.Conn(proxy.server.port)
+            conn = loadgen.Conn(proxy.server.port)
             try:
                 while left > 0:
                     left -= 1
@@ -577,30 +583,30 @@ LAUNCH_AS_IS = LAUNCH_BEFORE.replace(
 
 
 def start_before(
-    tree: Path, workdir: Path, upstream: c.Server, as_is: bool = False, database_url: str = ""
-) -> c.Server:
+    tree: Path, workdir: Path, upstream: spawn.Server, as_is: bool = False, database_url: str = ""
+) -> spawn.Server:
     wd = workdir / "before"
     wd.mkdir(exist_ok=True)
-    port = c.free_port()
-    cfg = c.ctxproxy_config(wd, upstream, database_url=database_url or None)
+    port = spawn.free_port()
+    cfg = spawn.ctxproxy_config(wd, upstream, database_url=database_url or None)
     launch = LAUNCH_AS_IS if as_is else LAUNCH_BEFORE
     argv = [sys.executable, "-c", launch, "serve", "--config", str(cfg)]
     env = {"PYTHONPATH": str(tree.resolve())}
-    return c.start("before", [*argv, "--port", str(port)], port, "/healthz", wd, env)
+    return spawn.start("before", [*argv, "--port", str(port)], port, "/healthz", wd, env)
 
 
-def start_with_client(name: str, workdir: Path, upstream: c.Server) -> c.Server:
+def start_with_client(name: str, workdir: Path, upstream: spawn.Server) -> spawn.Server:
     wd = workdir / f"client-{name}"
     wd.mkdir(exist_ok=True)
-    port, cfg = c.free_port(), c.ctxproxy_config(wd, upstream)
-    argv = [c.CTXPROXY, "serve", "--config", str(cfg), "--port", str(port)]
+    port, cfg = spawn.free_port(), spawn.ctxproxy_config(wd, upstream)
+    argv = [spawn.CTXPROXY, "serve", "--config", str(cfg), "--port", str(port)]
     env = {"CTXPROXY_UPSTREAM_CLIENT": name}
-    return c.start(f"ctxproxy-{name}", argv, port, "/healthz", wd, env)
+    return spawn.start(f"ctxproxy-{name}", argv, port, "/healthz", wd, env)
 
 
 def start_on_postgres(
-    admin: str, workdir: Path, upstream: c.Server, servers: list, cleanup: list
-) -> c.Target:
+    admin: str, workdir: Path, upstream: spawn.Server, servers: list, cleanup: list
+) -> loadgen.Target:
     """ctxproxy on a fresh PostgreSQL database, as target 'ctxproxy-pg'."""
     from bench.overhead_agents import create_database
 
@@ -608,11 +614,11 @@ def start_on_postgres(
     cleanup.append(drop)
     wd = workdir / "pg"
     wd.mkdir(exist_ok=True)
-    server = c.start_ctxproxy(wd, upstream, database_url=url, name="ctxproxy-pg")
+    server = spawn.start_ctxproxy(wd, upstream, database_url=url, name="ctxproxy-pg")
     servers.append(server)
     if server.error:
         raise RuntimeError(server.error)
-    return c.Target("ctxproxy-pg", server)
+    return loadgen.Target("ctxproxy-pg", server)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -652,11 +658,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run --before with whatever loop and parser uvicorn picks (trees that had them)",
     )
-    ap.add_argument("--out", type=Path, default=c.RESULTS, help="results folder")
+    ap.add_argument("--out", type=Path, default=tabulate.RESULTS, help="results folder")
     ap.add_argument("--name", help="results file name (default overhead or overhead-quick)")
     args = ap.parse_args(argv)
-    peers = [] if args.no_peers else c.PEERS
-    errors = {p.name: c.setup_peer(p) for p in peers}
+    peers = [] if args.no_peers else peer_proxies.PEERS
+    errors = {p.name: peer_proxies.setup_peer(p) for p in peers}
     if args.setup:
         for name, err in errors.items():
             print(f"{name}: {err or 'ready'}")
@@ -668,20 +674,24 @@ def main(argv: list[str] | None = None) -> int:
     sizes = TINY if args.quick else SIZES
     if args.sizes:
         sizes = {k: v for k, v in (SIZES | TINY).items() if k in args.sizes}
-    wd = c.workdir("ctxproxy-bench-overhead-")
+    wd = tabulate.workdir("ctxproxy-bench-overhead-")
     started = time.monotonic()
-    servers: list[c.Server] = []
+    servers: list[spawn.Server] = []
     cleanup: list[Callable[[], None]] = []
-    data: dict[str, Any] = {"date": c.now(), "machine": c.machine(), "plan": plan.__dict__}
+    data: dict[str, Any] = {
+        "date": tabulate.now(),
+        "machine": tabulate.machine(),
+        "plan": plan.__dict__,
+    }
     texts: list[str] = []
     try:
-        upstream = c.start_upstream(wd)
+        upstream = spawn.start_upstream(wd)
         servers.append(upstream)
-        proxy = c.start_ctxproxy(wd, upstream)
+        proxy = spawn.start_ctxproxy(wd, upstream)
         servers.append(proxy)
         if proxy.error:
             raise RuntimeError(proxy.error)
-        direct, mine = c.Target("direct", upstream), c.Target("ctxproxy", proxy)
+        direct, mine = loadgen.Target("direct", upstream), loadgen.Target("ctxproxy", proxy)
         targets = [direct, mine]
         if args.postgres:
             targets.append(start_on_postgres(args.postgres, wd, upstream, servers, cleanup))
@@ -690,20 +700,20 @@ def main(argv: list[str] | None = None) -> int:
             servers.append(old)
             if old.error:
                 raise RuntimeError(old.error)
-            targets.append(c.Target("before", old))
+            targets.append(loadgen.Target("before", old))
         for name in args.clients:
             servers.append(start_with_client(name, wd, upstream))
-            targets.append(c.Target(f"ctxproxy-{name}", servers[-1]))
+            targets.append(loadgen.Target(f"ctxproxy-{name}", servers[-1]))
         if parts & {"latency", "agents"}:
             for p in peers:
                 server = (
-                    c.Server(p.name, 0, error=errors[p.name])
+                    spawn.Server(p.name, 0, error=errors[p.name])
                     if errors[p.name]
-                    else c.start_peer(p, wd, upstream)
+                    else peer_proxies.start_peer(p, wd, upstream)
                 )
                 servers.append(server)
-                key = c.LITELLM_KEY if p.name == "litellm" else "unused"
-                targets.append(c.Target(p.name, server, {"Authorization": f"Bearer {key}"}))
+                key = peer_proxies.LITELLM_KEY if p.name == "litellm" else "unused"
+                targets.append(loadgen.Target(p.name, server, {"Authorization": f"Bearer {key}"}))
         data["peers"] = {p.name: p.spec for p in peers}
         texts, data = asyncio.run(run(targets, sizes, plan, parts, data, [p.name for p in peers]))
     finally:
@@ -713,8 +723,8 @@ def main(argv: list[str] | None = None) -> int:
             done()
     notes = [
         f"overhead: {plan.rounds} interleaved rounds, medians [min–max over rounds]; "
-        f"{c.now()}; {c.machine()}; run took {time.monotonic() - started:.0f} s",
-        f"ctxproxy: context_window {c.BIG_WINDOW:,} on the upstream (no compaction), SQLite "
+        f"{tabulate.now()}; {tabulate.machine()}; run took {time.monotonic() - started:.0f} s",
+        f"ctxproxy: context_window {spawn.BIG_WINDOW:,} on the upstream (no compaction), SQLite "
         "in a temp dir, log_level warning",
         "continuing: the session's history is stored; the request adds the answer and one "
         "user message. new: a new task message, so a new session, same other messages",
@@ -728,13 +738,13 @@ def main(argv: list[str] | None = None) -> int:
     print("\n\n".join(texts))
     name = args.name or ("overhead-quick" if args.quick else "overhead")
     data["notes"], data["tables"] = notes, texts
-    j = c.write_json(name, data, args.out)
+    j = tabulate.write_json(name, data, args.out)
     print(f"wrote {j}")
     return 0
 
 
 async def run(
-    targets: list[c.Target],
+    targets: list[loadgen.Target],
     sizes: dict[str, tuple[int, int]],
     plan: Plan,
     parts: set[str],
@@ -777,7 +787,7 @@ async def run(
                 texts.append(f"growth, {proxy.name}:\n" + render_growth(points))
         if "stall" in parts or "memory" in parts:
             first = next(iter(sizes.values()))
-            quiet_load = Workload("continuing", c.history_for_tokens(*first))
+            quiet_load = Workload("continuing", histories.history_for_tokens(*first))
         for proxy in proxies if "memory" in parts else []:
             mem = await memory(proxy, quiet_load, plan, bar)
             data.setdefault("memory", {})[proxy.name] = mem

@@ -10,8 +10,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from bench import agents
-from bench import common as c
+from bench import agents, loadgen, tabulate
 from bench import overhead as o
 
 AGENTS = ("claude", "codex")
@@ -39,11 +38,11 @@ class AgentLoad:
         return {**body, key: [*body[key][:-1], last]}
 
 
-def on_path(t: c.Target, agent: str) -> c.Target:
+def on_path(t: loadgen.Target, agent: str) -> loadgen.Target:
     return dataclasses.replace(t, path=agents.PATHS[agent])
 
 
-async def block(t: c.Target, load: AgentLoad, plan: o.Plan) -> list[float]:
+async def block(t: loadgen.Target, load: AgentLoad, plan: o.Plan) -> list[float]:
     base = load.base()
     await o.prime(t, base)
     template = t.request(load.turn(base))
@@ -51,7 +50,7 @@ async def block(t: c.Target, load: AgentLoad, plan: o.Plan) -> list[float]:
     return [total for _, total in got]
 
 
-async def rps(t: c.Target, load: AgentLoad, clients: int, seconds: float) -> float:
+async def rps(t: loadgen.Target, load: AgentLoad, clients: int, seconds: float) -> float:
     bases = [load.base() for _ in range(clients)]
     await asyncio.gather(*(o.prime(t, b) for b in bases))
     templates = [t.request(load.turn(b)) for b in bases]
@@ -60,12 +59,12 @@ async def rps(t: c.Target, load: AgentLoad, clients: int, seconds: float) -> flo
 
     async def client(template: bytes) -> None:
         nonlocal done
-        conn = c.Conn(t.server.port)
+        conn = loadgen.Conn(t.server.port)
         try:
             while asyncio.get_running_loop().time() < stop:
                 status, _, _, body = await conn.send(o.variant(template))
                 if status != 200:
-                    raise c.BenchError(f"HTTP {status}: {body[:200]!r}")
+                    raise loadgen.BenchError(f"HTTP {status}: {body[:200]!r}")
                 done += 1
         finally:
             await conn.close()
@@ -75,7 +74,7 @@ async def rps(t: c.Target, load: AgentLoad, clients: int, seconds: float) -> flo
     return done / (asyncio.get_running_loop().time() - started)
 
 
-async def agent_latency(targets: list[c.Target], plan: o.Plan, bar: Any) -> dict[str, Any]:
+async def agent_latency(targets: list[loadgen.Target], plan: o.Plan, bar: Any) -> dict[str, Any]:
     """Per agent and target: p50 per round, added p50 paired with direct, rps at 16 clients
     for the ctxproxy targets."""
     out: dict[str, Any] = {}
@@ -87,7 +86,7 @@ async def agent_latency(targets: list[c.Target], plan: o.Plan, bar: Any) -> dict
             try:
                 warm = o.Plan(latency_n=plan.warmup, latency_s=plan.latency_s)
                 await block(t, load, warm)
-            except (c.BenchError, OSError, asyncio.IncompleteReadError) as exc:
+            except (loadgen.BenchError, OSError, asyncio.IncompleteReadError) as exc:
                 cells[t.name].error = f"{type(exc).__name__}: {exc}"[:300]
         for r in range(plan.rounds):
             for t in live[r % len(live) :] + live[: r % len(live)]:
@@ -98,7 +97,7 @@ async def agent_latency(targets: list[c.Target], plan: o.Plan, bar: Any) -> dict
                         cell.plain.append(await block(t, load, plan))
                         if t.name.startswith("ctxproxy"):
                             cell.rps.append(await rps(t, load, plan.clients, plan.throughput_s))
-                    except (c.BenchError, OSError, asyncio.IncompleteReadError) as exc:
+                    except (loadgen.BenchError, OSError, asyncio.IncompleteReadError) as exc:
                         cell.error = f"{type(exc).__name__}: {exc}"[:300]
                 bar.update(1)
         out[agent] = o.latency_figures({agent: {"continuing": cells}})[agent]["continuing"]
@@ -125,7 +124,7 @@ def render(figs: dict[str, Any], names: list[str]) -> str:
                     cells.append(o._cell(e.get(key), added))
             rows.append([f"{agent} ({agents.PATHS[agent]})", label, *cells])
     errors = [f"{n}: {e['error']}" for by in figs.values() for n, e in by.items() if "error" in e]
-    return c.table(header, rows, left=2) + ("\n" + "\n".join(errors) if errors else "")
+    return tabulate.table(header, rows, left=2) + ("\n" + "\n".join(errors) if errors else "")
 
 
 def create_database(admin: str) -> tuple[str, Any]:

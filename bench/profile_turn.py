@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from bench import common as c
+from bench import histories, spawn, stub
 
 
 def settings_for(db: Path) -> Any:
@@ -32,7 +32,7 @@ def settings_for(db: Path) -> Any:
                 "name": "bench",
                 "kind": "openai",
                 "base_url": "http://upstream.test/v1",
-                "context_window": c.BIG_WINDOW,
+                "context_window": spawn.BIG_WINDOW,
             }
         ],
         log_level="warning",
@@ -40,10 +40,10 @@ def settings_for(db: Path) -> Any:
 
 
 def mock_upstream() -> httpx.MockTransport:
-    message = {"role": "assistant", "content": "".join(c.WORDS_OUT)}
+    message = {"role": "assistant", "content": "".join(stub.WORDS_OUT)}
 
     def handle(request: httpx.Request) -> httpx.Response:
-        answer = c._completion(message, len(request.content) // 4)  # as the bench upstream
+        answer = stub._completion(message, len(request.content) // 4)  # as the bench upstream
         return httpx.Response(200, content=answer, headers={"content-type": "application/json"})
 
     return httpx.MockTransport(handle)
@@ -63,7 +63,7 @@ def inline_threadpool() -> None:
 async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool) -> float:
     from proxy.app import create_app
 
-    history = c.history_for_tokens(messages, tokens)
+    history = histories.history_for_tokens(messages, tokens)
     with tempfile.TemporaryDirectory() as tmp:
         app = create_app(settings_for(Path(tmp) / "p.db"), transport=mock_upstream())
         inline_threadpool()
@@ -71,18 +71,18 @@ async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool
             transport = httpx.ASGITransport(app=app)
             local = "http://127.0.0.1"
             async with httpx.AsyncClient(transport=transport, base_url=local) as client:
-                base = {"model": c.MODEL, "messages": history}
+                base = {"model": stub.MODEL, "messages": history}
                 await client.post("/v1/chat/completions", json=base)
-                answer = {"role": "assistant", "content": "".join(c.WORDS_OUT)}
+                answer = {"role": "assistant", "content": "".join(stub.WORDS_OUT)}
 
                 def body(i: int) -> bytes:
                     if kind == "new":
                         msgs = list(history)
-                        msgs[1] = {"role": "user", "content": f"{c.TASK} ({i})"}
+                        msgs[1] = {"role": "user", "content": f"{histories.TASK} ({i})"}
                     else:
                         nxt = {"role": "user", "content": f"next {i}"}
                         msgs = [*history, answer, nxt]
-                    return json.dumps({"model": c.MODEL, "messages": msgs}).encode()
+                    return json.dumps({"model": stub.MODEL, "messages": msgs}).encode()
 
                 bodies = [body(i) for i in range(turns + 20)]
                 headers = {"content-type": "application/json"}

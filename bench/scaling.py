@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import common as c
+from bench import histories, loadgen, spawn, stub, tabulate
 from proxy.store.request import NewRequest
 
 CHECKPOINTS = [10, 20, 50, 100, 200, 300, 500, 750, 1000, 1250, 1500, 1750, 2000]
@@ -98,14 +98,14 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
     settings = CompactionSettings()
     counter = TokenCounter()
     clear_caches()
-    warm_up = [{"role": "system", "content": "warm-up"}, *c.agent_history(12)[1:]]
+    warm_up = [{"role": "system", "content": "warm-up"}, *histories.agent_history(12)[1:]]
     ref = store.record_request(
         NewRequest(
             session_id="warm-up",
             source="header",
             messages=warm_up,
             request={},
-            model=c.MODEL,
+            model=stub.MODEL,
             upstream="bench",
             stream=False,
             compiled=warm_up,
@@ -132,8 +132,8 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
     points: list[dict[str, Any]] = []
     unique: dict[str, int] = {}
     for n in turns(last):
-        msgs = c.agent_history(n)
-        body = {"model": c.MODEL, "messages": msgs}
+        msgs = histories.agent_history(n)
+        body = {"model": stub.MODEL, "messages": msgs}
         raw = json.dumps(body).encode()
         t0 = time.perf_counter()
         parsed = parse_json(raw)
@@ -159,7 +159,7 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
                 source=key.source,
                 messages=parsed["messages"],
                 request={},
-                model=c.MODEL,
+                model=stub.MODEL,
                 upstream="bench",
                 stream=False,
                 compiled=compiled.messages,
@@ -174,7 +174,7 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
             )
         )
         t3 = time.perf_counter()
-        answer = c.assistant_step(sum(1 for m in msgs if m["role"] == "tool"))
+        answer = histories.assistant_step(sum(1 for m in msgs if m["role"] == "tool"))
         store.finish_exchange(
             ref,
             status=200,
@@ -237,34 +237,37 @@ async def end_to_end(last: int, checkpoints: list[int], window: int, wd: Path, b
     """Every turn through `ctxproxy serve` and straight to the upstream; added = the difference."""
     e2e = wd / "e2e"
     e2e.mkdir()
-    servers: list[c.Server] = []
+    servers: list[spawn.Server] = []
     try:
-        upstream = c.start_upstream(e2e, agent=True)
+        upstream = spawn.start_upstream(e2e, agent=True)
         servers.append(upstream)
-        proxy = c.start_ctxproxy(e2e, upstream, window)
+        proxy = spawn.start_ctxproxy(e2e, upstream, window)
         servers.append(proxy)
         if proxy.error:
             raise RuntimeError(proxy.error)
-        direct, through = c.Conn(upstream.port), c.Conn(proxy.port)
+        direct, through = loadgen.Conn(upstream.port), loadgen.Conn(proxy.port)
         warm_up = {
-            "model": c.MODEL,
-            "messages": [{"role": "system", "content": "warm-up"}, *c.agent_history(12)[1:]],
+            "model": stub.MODEL,
+            "messages": [
+                {"role": "system", "content": "warm-up"},
+                *histories.agent_history(12)[1:],
+            ],
         }
         for conn, port in ((direct, upstream.port), (through, proxy.port)):
             for _ in range(3):
-                await conn.send(c.http_request(port, "/v1/chat/completions", warm_up, {}))
+                await conn.send(loadgen.http_request(port, "/v1/chat/completions", warm_up, {}))
         per_turn = []
         for n in turns(last):
-            body = {"model": c.MODEL, "messages": c.agent_history(n)}
+            body = {"model": stub.MODEL, "messages": histories.agent_history(n)}
             times = {}
             for name, conn, port in (
                 ("direct", direct, upstream.port),
                 ("proxy", through, proxy.port),
             ):
-                req = c.http_request(port, "/v1/chat/completions", body, {})
+                req = loadgen.http_request(port, "/v1/chat/completions", body, {})
                 status, _, total, out = await conn.send(req)
                 if status != 200:
-                    raise c.BenchError(f"{name} HTTP {status}: {out[:300]!r}")
+                    raise loadgen.BenchError(f"{name} HTTP {status}: {out[:300]!r}")
                 times[name] = total * 1000
             per_turn.append({"messages": n, **times, "added_ms": times["proxy"] - times["direct"]})
             bar.update(1)
@@ -339,20 +342,20 @@ def render(inproc: dict, e2e: dict | None, fits: dict[str, Any]) -> str:
             [
                 str(p["messages"]),
                 f"{p['tokens']:,}",
-                c.fmt(p["handling_ms"], 2),
-                c.fmt(p["parse_ms"], 2),
-                c.fmt(p["compile_warm_ms"], 2),
-                c.fmt(p["compile_cold_ms"], 1),
-                c.fmt(p["store_ms"], 2),
-                c.fmt(added, 2),
-                c.fmt(p["naive_ms"], 1),
-                c.ratio(p["naive_ms"], p["handling_ms"]),
+                tabulate.fmt(p["handling_ms"], 2),
+                tabulate.fmt(p["parse_ms"], 2),
+                tabulate.fmt(p["compile_warm_ms"], 2),
+                tabulate.fmt(p["compile_cold_ms"], 1),
+                tabulate.fmt(p["store_ms"], 2),
+                tabulate.fmt(added, 2),
+                tabulate.fmt(p["naive_ms"], 1),
+                tabulate.ratio(p["naive_ms"], p["handling_ms"]),
                 f"{p['db_bytes']:,}",
                 f"{p['naive_bytes']:,}",
-                c.ratio(p["naive_bytes"], p["db_bytes"]),
+                tabulate.ratio(p["naive_bytes"], p["db_bytes"]),
             ]
         )
-    detail = c.table(header, rows, left=0)
+    detail = tabulate.table(header, rows, left=0)
 
     def per_k(f: tuple[float, float, float]) -> str:
         return f"{f[0] * 1000:.2f} ms per 1k msgs (R² {f[2]:.2f})"
@@ -361,41 +364,41 @@ def render(inproc: dict, e2e: dict | None, fits: dict[str, Any]) -> str:
     summary_rows = [
         [
             "handling ms at " + str(first["messages"]) + " messages",
-            c.fmt(first["handling_ms"], 2),
-            c.fmt(first["naive_ms"], 2),
-            c.ratio(first["handling_ms"], first["naive_ms"]),
+            tabulate.fmt(first["handling_ms"], 2),
+            tabulate.fmt(first["naive_ms"], 2),
+            tabulate.ratio(first["handling_ms"], first["naive_ms"]),
         ],
         [
             "handling ms at " + str(last["messages"]) + " messages",
-            c.fmt(last["handling_ms"], 2),
-            c.fmt(last["naive_ms"], 2),
-            c.ratio(last["handling_ms"], last["naive_ms"]),
+            tabulate.fmt(last["handling_ms"], 2),
+            tabulate.fmt(last["naive_ms"], 2),
+            tabulate.ratio(last["handling_ms"], last["naive_ms"]),
         ],
         [
             "growth of handling time (linear fit)",
             per_k(fits["handling"]),
             per_k(fits["naive"]),
-            c.ratio(fits["handling"][0], fits["naive"][0]),
+            tabulate.ratio(fits["handling"][0], fits["naive"][0]),
         ],
         ["  of which compile (warm)", per_k(fits["compile_warm"]), "-", "-"],
         ["  of which store", per_k(fits["store"]), "-", "-"],
         [
             f"compile cold ms at {last['messages']} messages",
-            c.fmt(last["compile_cold_ms"], 1),
-            c.fmt(last["naive_ms"], 1),
-            c.ratio(last["compile_cold_ms"], last["naive_ms"]),
+            tabulate.fmt(last["compile_cold_ms"], 1),
+            tabulate.fmt(last["naive_ms"], 1),
+            tabulate.ratio(last["compile_cold_ms"], last["naive_ms"]),
         ],
         [
             f"DB bytes at {last['messages']} messages",
             f"{last['db_bytes']:,}",
             f"{last['naive_bytes']:,}",
-            c.ratio(last["db_bytes"], last["naive_bytes"]),
+            tabulate.ratio(last["db_bytes"], last["naive_bytes"]),
         ],
         [
             "DB bytes per byte of unique content (fit)",
             f"{fits['db_vs_content'][0]:.2f} (R² {fits['db_vs_content'][2]:.3f})",
             f"{fits['naive_bytes_vs_content'][0]:.1f} (R² {fits['naive_bytes_vs_content'][2]:.3f})",
-            c.ratio(fits["db_vs_content"][0], fits["naive_bytes_vs_content"][0]),
+            tabulate.ratio(fits["db_vs_content"][0], fits["naive_bytes_vs_content"][0]),
         ],
     ]
     if e2e:
@@ -406,18 +409,20 @@ def render(inproc: dict, e2e: dict | None, fits: dict[str, Any]) -> str:
             3,
             [
                 "e2e added ms (HTTP, vs direct), first → last",
-                f"{c.fmt(a0, 2)} → {c.fmt(a1, 2)}",
+                f"{tabulate.fmt(a0, 2)} → {tabulate.fmt(a1, 2)}",
                 "-",
                 "-",
             ],
         )
         summary_rows.insert(4, ["growth of e2e added time (linear fit)", per_k(e), "-", "-"])
-    summary = c.table(["figure", "ctxproxy", "naive baseline", "ctxproxy ÷ naive"], summary_rows)
+    summary = tabulate.table(
+        ["figure", "ctxproxy", "naive baseline", "ctxproxy ÷ naive"], summary_rows
+    )
     return detail + "\n\n" + summary
 
 
 def plot(inproc: dict, e2e: dict | None, name: str, out: Path) -> Path:
-    plt = c.pyplot()
+    plt = tabulate.pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
     per_turn, pts = inproc["per_turn"], inproc["points"]
     xs = [t["messages"] for t in per_turn]
@@ -468,7 +473,7 @@ def plot(inproc: dict, e2e: dict | None, name: str, out: Path) -> Path:
     b.set_ylabel("MB")
     b.set_title("storage")
     b.legend(fontsize=7)
-    return c.save_plot(fig, name, out)
+    return tabulate.save_plot(fig, name, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -478,11 +483,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--window",
         type=int,
-        default=c.BIG_WINDOW,
-        help=f"ctxproxy's context_window (default {c.BIG_WINDOW:,}: no compaction)",
+        default=spawn.BIG_WINDOW,
+        help=f"ctxproxy's context_window (default {spawn.BIG_WINDOW:,}: no compaction)",
     )
     ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end pass")
-    ap.add_argument("--out", type=Path, default=c.RESULTS, help="results folder")
+    ap.add_argument("--out", type=Path, default=tabulate.RESULTS, help="results folder")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
@@ -491,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     checkpoints = [p for p in checkpoints if p <= last] + (
         [last] if last not in checkpoints else []
     )
-    wd = c.workdir("ctxproxy-bench-scaling-")
+    wd = tabulate.workdir("ctxproxy-bench-scaling-")
     started = time.monotonic()
     n = len(turns(last)) * (1 if args.no_e2e else 2)
     with tqdm(total=n, desc="scaling", unit="turn", file=sys.stderr, leave=False) as bar:
@@ -505,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(inproc, e2e, fits)
     notes = [
         f"scaling: one session, 10 → {last} messages, one tool call + result per turn; "
-        f"{c.now()}; {c.machine()}; run took {time.monotonic() - started:.0f} s",
+        f"{tabulate.now()}; {tabulate.machine()}; run took {time.monotonic() - started:.0f} s",
         f"ctxproxy: context_window {args.window:,}, pipeline [traceback, tiered]; handling = "
         "parse + compile + store request + store answer, timed in process (median of the last "
         "5 turns); e2e added = through `ctxproxy serve` minus direct, same turn",
@@ -516,8 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     name = "scaling-quick" if args.quick else "scaling"
     data = {
-        "date": c.now(),
-        "machine": c.machine(),
+        "date": tabulate.now(),
+        "machine": tabulate.machine(),
         "window": args.window,
         "points": inproc["points"],
         "per_turn": inproc["per_turn"],
@@ -526,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         "table": text,
         "notes": notes,
     }
-    j = c.write_json(name, data, args.out)
+    j = tabulate.write_json(name, data, args.out)
     png = plot(inproc, e2e, name, args.out)
     print(f"wrote {j} and {png}")
     return 0

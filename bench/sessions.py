@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from bench import common as c
+from bench import spawn, tabulate
 
 PREVIOUS = "0945408"
 SYSTEM = (
@@ -258,7 +258,9 @@ def run(
     return out
 
 
-def _start_proxy(wd: Path, upstream: str, window: int, cfg: dict, code: Path | None) -> c.Server:
+def _start_proxy(
+    wd: Path, upstream: str, window: int, cfg: dict, code: Path | None
+) -> spawn.Server:
     config = {
         "database_url": f"sqlite:///{wd / 'ctxproxy.db'}",
         "upstreams": [
@@ -270,10 +272,10 @@ def _start_proxy(wd: Path, upstream: str, window: int, cfg: dict, code: Path | N
         if key in cfg:
             config[key] = cfg[key]
     (wd / "config.yaml").write_text(json.dumps(config))
-    port = c.free_port()
+    port = spawn.free_port()
     argv = [sys.executable, "-m", "proxy.cli.commands", "serve", "--config", "config.yaml"]
-    env = {"PYTHONPATH": str(code or c.ROOT.parent)}
-    server = c.start("ctxproxy", [*argv, "--port", str(port)], port, "/healthz", wd, env=env)
+    env = {"PYTHONPATH": str(code or tabulate.ROOT.parent)}
+    server = spawn.start("ctxproxy", [*argv, "--port", str(port)], port, "/healthz", wd, env=env)
     if server.error:
         raise RuntimeError(server.error)
     return server
@@ -323,7 +325,7 @@ def compile_times(session: list[dict], window: int, at: Iterable[int]) -> tuple[
                 compile_request(again, window=window, settings=settings, counter=counter,
                                 prior=prior)  # fmt: skip
                 runs.append((time.perf_counter() - t0) * 1000)
-            times[turn] = c.median(runs)
+            times[turn] = tabulate.median(runs)
         prior = compile_request(
             body, window=window, settings=settings, counter=counter, prior=prior
         ).state
@@ -350,10 +352,10 @@ def llama_run(turns: int = 40) -> dict[str, Any]:
             "log_level": "warning",
         }  # fmt: skip
         (wd / "config.yaml").write_text(json.dumps(config))
-        port = c.free_port()
+        port = spawn.free_port()
         argv = [sys.executable, "-m", "proxy.cli.commands", "serve", "--config", "config.yaml"]
-        proxy = c.start("ctxproxy", [*argv, "--port", str(port)], port, "/healthz", wd,
-                        env={"PYTHONPATH": str(c.ROOT.parent)})  # fmt: skip
+        proxy = spawn.start("ctxproxy", [*argv, "--port", str(port)], port, "/healthz", wd,
+                        env={"PYTHONPATH": str(tabulate.ROOT.parent)})  # fmt: skip
         rows, failed = [], 0
         try:
             messages = [SYS, TSK]
@@ -400,7 +402,7 @@ def previous_code(wd: Path) -> Path | None:
     dest.mkdir()
     try:
         archive = subprocess.run(
-            ["git", "archive", PREVIOUS], cwd=c.ROOT.parent, capture_output=True, check=True
+            ["git", "archive", PREVIOUS], cwd=tabulate.ROOT.parent, capture_output=True, check=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     except (subprocess.CalledProcessError, FileNotFoundError):
@@ -419,7 +421,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--llama", action="store_true", help="also the 40-turn real llama.cpp run")
     ap.add_argument("--variants", type=int, default=4, help="runs per coding scenario")
     ap.add_argument("--kinds", default="", help="comma list of coding scenarios (all)")
-    ap.add_argument("--out", type=Path, default=c.RESULTS)
+    ap.add_argument("--out", type=Path, default=tabulate.RESULTS)
     args = ap.parse_args(argv)
     if args.quick:
         args.turns, args.windows, args.configs = 40, [4096, 8192], ["default"]
@@ -451,7 +453,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"prompt tokens from its prefix cache {llama['cached_share']:.2f}, "
             f"largest prompt {llama['max_prompt']}"
         )
-    print(f"\nwrote {c.write_json('sessions', data, args.out)}")
+    print(f"\nwrote {tabulate.write_json('sessions', data, args.out)}")
     return data
 
 
@@ -464,7 +466,7 @@ def report(results: list[Run], turns: int) -> None:
         kept = f"{sum(r.kept.values())}/{len(r.kept)}"
         rows.append([f"{r.window:,}", r.config, str(r.refused), str(r.over), str(r.errors),
                      f"{r.fired / max(r.turns, 1):.0%}", f"{r.reuse:.3f}", ms, kept])  # fmt: skip
-    print(c.table(header, rows))
+    print(tabulate.table(header, rows))
     for r in results:
         missing = [k for k, ok in r.kept.items() if not ok]
         if missing:

@@ -17,25 +17,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import common as c
+from bench import histories, loadgen, spawn, stub, tabulate
 from bench.overhead import rss_mb
 
 
 def session_start(session: int) -> list[dict[str, Any]]:
     """Session `session`'s first request: its own task."""
     return [
-        {"role": "system", "content": c.SYSTEM},
-        {"role": "user", "content": f"{c.TASK} (session {session})"},
+        {"role": "system", "content": histories.SYSTEM},
+        {"role": "user", "content": f"{histories.TASK} (session {session})"},
     ]
 
 
 def step(session: int, n: int) -> list[dict[str, Any]]:
     """The two messages turn n adds: each session's outputs are its own."""
     k = session * 100_000 + n
-    return [c.assistant_step(k), c.tool_step(k)]
+    return [histories.assistant_step(k), histories.tool_step(k)]
 
 
-async def send(conn: c.Conn, request: bytes) -> tuple[int, float, bytes]:
+async def send(conn: loadgen.Conn, request: bytes) -> tuple[int, float, bytes]:
     """(status, seconds, body); once more on a new connection if the server closed an idle one."""
     for attempt in (1, 2):
         try:
@@ -48,19 +48,19 @@ async def send(conn: c.Conn, request: bytes) -> tuple[int, float, bytes]:
     raise AssertionError("unreachable")
 
 
-async def drive(target: c.Target, sessions: int, turns: int, done: list[int]) -> float:
+async def drive(target: loadgen.Target, sessions: int, turns: int, done: list[int]) -> float:
     """Every session's turns back to back, sessions concurrently; the median ms per turn."""
     latencies: list[float] = []
 
     async def one(session: int) -> None:
-        conn = c.Conn(target.server.port)
+        conn = loadgen.Conn(target.server.port)
         messages = session_start(session)
         try:
             for turn in range(turns):
-                body = {"model": c.MODEL, "messages": messages}
+                body = {"model": stub.MODEL, "messages": messages}
                 status, total, out = await send(conn, target.request(body))
                 if status != 200:
-                    raise c.BenchError(f"HTTP {status}: {out[:300]!r}")
+                    raise loadgen.BenchError(f"HTTP {status}: {out[:300]!r}")
                 latencies.append(total * 1000)
                 done[0] += 1
                 messages = [*messages, *step(session, turn)]
@@ -68,7 +68,7 @@ async def drive(target: c.Target, sessions: int, turns: int, done: list[int]) ->
             await conn.close()
 
     await asyncio.gather(*(one(s) for s in range(sessions)))
-    return c.median(latencies)
+    return tabulate.median(latencies)
 
 
 async def sample(pid: int, done: list[int], out: list[tuple[float, int, float]]) -> None:
@@ -78,7 +78,7 @@ async def sample(pid: int, done: list[int], out: list[tuple[float, int, float]])
         await asyncio.sleep(0.5)
 
 
-async def soak(target: c.Target, sessions: int, turns: int) -> dict[str, Any]:
+async def soak(target: loadgen.Target, sessions: int, turns: int) -> dict[str, Any]:
     assert target.server.proc is not None
     done = [0]
     samples: list[tuple[float, int, float]] = []
@@ -107,7 +107,7 @@ async def soak(target: c.Target, sessions: int, turns: int) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], out: Path) -> Path:
-    plt = c.pyplot()
+    plt = tabulate.pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.6))
     xs = [n for _, n, _ in result["samples"]]
     ax.plot(xs, [r for _, _, r in result["samples"]], lw=1.5)
@@ -120,12 +120,12 @@ def plot(result: dict[str, Any], out: Path) -> Path:
         f"window: {result['second_half_growth_pct']:+.1f}% over the second half",
         fontsize=9,
     )
-    return c.save_plot(fig, result.get("name", "soak"), out)
+    return tabulate.save_plot(fig, result.get("name", "soak"), out)
 
 
 def plot_runs(paths: list[Path], out: Path) -> Path:
     """Several soak results (JSON) on one chart, labelled by their file names."""
-    plt = c.pyplot()
+    plt = tabulate.pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for path in paths:
         result = json.loads(path.read_text())
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int, default=32)
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--window", type=int, default=4096)
-    ap.add_argument("--out", type=Path, default=c.RESULTS, help="results folder")
+    ap.add_argument("--out", type=Path, default=tabulate.RESULTS, help="results folder")
     ap.add_argument("--name", default="soak", help="results file name")
     ap.add_argument(
         "--plot", nargs="+", type=Path, metavar="JSON", help="only plot these results together"
@@ -165,20 +165,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         print(f"wrote {plot_runs(args.plot, args.out / f'{args.name}.png')}")
         return 0
-    wd = c.workdir("ctxproxy-bench-soak-")
-    servers: list[c.Server] = []
+    wd = tabulate.workdir("ctxproxy-bench-soak-")
+    servers: list[spawn.Server] = []
     try:
-        upstream = c.start_upstream(wd)
+        upstream = spawn.start_upstream(wd)
         servers.append(upstream)
-        proxy = c.start_ctxproxy(wd, upstream, window=args.window)
+        proxy = spawn.start_ctxproxy(wd, upstream, window=args.window)
         servers.append(proxy)
         if proxy.error:
             raise RuntimeError(proxy.error)
-        result = asyncio.run(soak(c.Target("ctxproxy", proxy), args.sessions, args.turns))
+        result = asyncio.run(soak(loadgen.Target("ctxproxy", proxy), args.sessions, args.turns))
     finally:
         for s in reversed(servers):
             s.stop()
-    result |= {"window": args.window, "name": args.name, "date": c.now(), "machine": c.machine()}
+    result |= {
+        "window": args.window,
+        "name": args.name,
+        "date": tabulate.now(),
+        "machine": tabulate.machine(),
+    }
     print(
         f"{args.sessions} sessions × {args.turns} turns at a {args.window:,}-token window, "
         f"{result['seconds']:.0f} s, p50 {result['p50_ms']:.1f} ms per turn; RSS "
@@ -186,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['rss_end_mb']:.0f} MiB ({result['second_half_growth_pct']:+.1f}% over the "
         "second half)"
     )
-    print(f"wrote {c.write_json(args.name, result, args.out)} and {plot(result, args.out)}")
+    print(f"wrote {tabulate.write_json(args.name, result, args.out)} and {plot(result, args.out)}")
     return 0
 
 
