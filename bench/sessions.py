@@ -15,6 +15,9 @@ reuse), the compile time of turn 10 and turn 150 (in process, from the stored st
 proxy does), and which evidence strings are in the last forwarded prompt.
 "previous default" is the code of commit 0945408 (before stored state and forgetting), run
 from `git archive`. Run from the repository root: python -m bench.sessions [--quick] [--llama]
+`--llama-only` runs only the real llama.cpp session, once per `--cache-reuse` value (the
+server's reuse of cached chunks after a cut; 0 is off), and prints its cached share beside the
+append-only limit.
 """
 
 from __future__ import annotations
