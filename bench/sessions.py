@@ -15,6 +15,9 @@ reuse), the compile time of turn 10 and turn 150 (in process, from the stored st
 proxy does), and which evidence strings are in the last forwarded prompt.
 "previous default" is the code of commit 0945408 (before stored state and forgetting), run
 from `git archive`. Run from the repository root: python -m bench.sessions [--quick] [--llama]
+`--llama-only` runs only the real llama.cpp session, once per `--cache-reuse` value (the
+server's reuse of cached chunks after a cut; 0 is off), and prints its cached share beside the
+append-only limit.
 """
 
 from __future__ import annotations
@@ -335,61 +338,73 @@ def compile_times(session: list[dict], window: int, at: Iterable[int]) -> tuple[
 # --- real llama.cpp -------------------------------------------------------------------------
 
 
-def llama_run(turns: int = 40) -> dict[str, Any]:
-    """40 agent turns through ctxproxy (default configuration) into llama.cpp's 4,096 window."""
+def llama_run(turns: int = 40, cache_reuse: int = 0) -> dict[str, Any]:
+    """40 agent turns through ctxproxy (default configuration) into llama.cpp's 4,096 window,
+    the server started with `--cache-reuse cache_reuse` (0: off)."""
+    from proxy.testing.llamacpp import LlamaServer, ensure_model
+
+    with LlamaServer(ensure_model(), cache_reuse=cache_reuse) as llama:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows, failed = _llama_turns(llama.base_url + "/v1", Path(tmp), turns)
+    return {"turns": turns, "cache_reuse": cache_reuse, "failed": failed, **llama_shares(rows)}
+
+
+def _llama_turns(base_url: str, wd: Path, turns: int) -> tuple[list[dict[str, Any]], int]:
+    """Each turn's prompt tokens, cached tokens and whether it fired; and the failed count."""
     from proxy.testing.histories import SYSTEM as SYS
     from proxy.testing.histories import TASK as TSK
     from proxy.testing.histories import agent_turn
-    from proxy.testing.llamacpp import LlamaServer, ensure_model
 
-    with LlamaServer(ensure_model()) as llama, tempfile.TemporaryDirectory() as tmp:
-        wd = Path(tmp)
-        config = {
-            "database_url": f"sqlite:///{wd / 'ctxproxy.db'}",
-            "upstreams": [
-                {"name": "llama", "kind": "llamacpp", "base_url": llama.base_url + "/v1"}
-            ],
-            "log_level": "warning",
-        }  # fmt: skip
-        (wd / "config.yaml").write_text(json.dumps(config))
-        port = spawn.free_port()
-        argv = [sys.executable, "-m", "proxy.cli.commands", "serve", "--config", "config.yaml"]
-        proxy = spawn.start("ctxproxy", [*argv, "--port", str(port)], port, "/healthz", wd,
-                        env={"PYTHONPATH": str(tabulate.ROOT.parent)})  # fmt: skip
-        rows, failed = [], 0
-        try:
-            messages = [SYS, TSK]
-            with httpx.Client(base_url=proxy.url, timeout=300) as client:
-                for turn in range(turns):
-                    messages += agent_turn(turn)
-                    r = client.post(
-                        "/v1/chat/completions",
-                        headers={"X-Session-Id": "llama-40"},
-                        json={"model": "smollm2", "messages": messages, "max_tokens": 8,
-                              "temperature": 0},
-                    )  # fmt: skip
-                    if r.status_code != 200:
-                        failed += 1
-                        continue
-                    usage = r.json()["usage"]
-                    rows.append(
-                        {
-                            "prompt": usage["prompt_tokens"],
-                            "cached": (usage.get("prompt_tokens_details") or {}).get(
-                                "cached_tokens", 0
-                            ),
-                            "fired": r.headers["x-ctxproxy-compaction"] != "none",
-                        }
-                    )
-        finally:
-            proxy.stop()
+    config = {
+        "database_url": f"sqlite:///{wd / 'ctxproxy.db'}",
+        "upstreams": [{"name": "llama", "kind": "llamacpp", "base_url": base_url}],
+        "log_level": "warning",
+    }
+    (wd / "config.yaml").write_text(json.dumps(config))
+    port = spawn.free_port()
+    argv = [sys.executable, "-m", "proxy.cli.commands", "serve", "--config", "config.yaml"]
+    proxy = spawn.start("ctxproxy", [*argv, "--port", str(port)], port, "/healthz", wd,
+                    env={"PYTHONPATH": str(tabulate.ROOT.parent)})  # fmt: skip
+    rows, failed = [], 0
+    try:
+        messages = [SYS, TSK]
+        with httpx.Client(base_url=proxy.url, timeout=300) as client:
+            for turn in range(turns):
+                messages += agent_turn(turn)
+                r = client.post(
+                    "/v1/chat/completions",
+                    headers={"X-Session-Id": "llama-40"},
+                    json={"model": "smollm2", "messages": messages, "max_tokens": 8,
+                          "temperature": 0},
+                )  # fmt: skip
+                if r.status_code != 200:
+                    failed += 1
+                    continue
+                usage = r.json()["usage"]
+                details = usage.get("prompt_tokens_details") or {}
+                rows.append({"prompt": usage["prompt_tokens"],
+                             "cached": details.get("cached_tokens", 0),
+                             "fired": r.headers["x-ctxproxy-compaction"] != "none"})  # fmt: skip
+    finally:
+        proxy.stop()
+    return rows, failed
+
+
+def llama_shares(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Cached share over turns 2.. and the append-only limit: the share that would be cached
+    if every prompt only extended the previous one (each turn's cache at most the previous
+    prompt, and never more than this one), and the first as a share of the second."""
     later = rows[1:]
+    total = max(sum(x["prompt"] for x in later), 1)
+    limit = sum(min(a["prompt"], b["prompt"]) for a, b in zip(rows, later, strict=False)) / total
+    share = sum(x["cached"] for x in later) / total
     return {
-        "turns": turns,
-        "failed": failed,
         "fired_share": sum(x["fired"] for x in rows) / max(len(rows), 1),
-        "cached_share": sum(x["cached"] for x in later) / max(sum(x["prompt"] for x in later), 1),
+        "cached_share": share,
+        "append_only_limit": limit,
+        "of_limit": share / limit if limit else 0.0,
         "max_prompt": max((x["prompt"] for x in rows), default=0),
+        "rows": rows,
     }
 
 
@@ -419,12 +434,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
     ap.add_argument("--quick", action="store_true", help="40 turns, 4k and 8k, default only")
     ap.add_argument("--llama", action="store_true", help="also the 40-turn real llama.cpp run")
+    ap.add_argument("--llama-only", action="store_true", help="only the llama.cpp run")
+    ap.add_argument("--cache-reuse", type=int, nargs="+", default=[0, 64],
+                    help="llama.cpp --cache-reuse values to run (0: off)")  # fmt: skip
     ap.add_argument("--variants", type=int, default=4, help="runs per coding scenario")
     ap.add_argument("--kinds", default="", help="comma list of coding scenarios (all)")
     ap.add_argument("--out", type=Path, default=tabulate.RESULTS)
     args = ap.parse_args(argv)
     if args.quick:
         args.turns, args.windows, args.configs = 40, [4096, 8192], ["default"]
+    if args.llama_only:
+        data = {"llama": llama_report(args.cache_reuse)}
+        print(f"\nwrote {tabulate.write_json('sessions-llama', data, args.out)}")
+        return data
     kinds = [k for k in args.kinds.split(",") if k] or None
     session = build_session(args.turns, variants=args.variants, kinds=kinds)
     last = request_turns(session, args.turns)[-1]
@@ -446,15 +468,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report(results, args.turns)
     data: dict[str, Any] = {"turns": args.turns, "runs": [r.__dict__ for r in results]}
     if args.llama:
-        data["llama"] = llama = llama_run()
-        print(
-            f"\nreal llama.cpp (SmolLM2, 4,096 per slot), {llama['turns']} agent turns: "
-            f"failed {llama['failed']}, fired {llama['fired_share']:.0%} of turns, "
-            f"prompt tokens from its prefix cache {llama['cached_share']:.2f}, "
-            f"largest prompt {llama['max_prompt']}"
-        )
+        data["llama"] = llama_report(args.cache_reuse)
     print(f"\nwrote {tabulate.write_json('sessions', data, args.out)}")
     return data
+
+
+def llama_report(reuse_values: list[int]) -> list[dict[str, Any]]:
+    """The 40-turn llama.cpp run once per --cache-reuse value, one server at a time."""
+    out = []
+    for reuse in reuse_values:
+        r = llama_run(cache_reuse=reuse)
+        out.append(r)
+        print(
+            f"real llama.cpp (SmolLM2, 4,096 per slot, --cache-reuse {reuse}), {r['turns']} "
+            f"agent turns: failed {r['failed']}, fired {r['fired_share']:.0%} of turns, "
+            f"cached share {r['cached_share']:.3f}, append-only limit "
+            f"{r['append_only_limit']:.3f} (ratio {r['of_limit']:.2f}), "
+            f"largest prompt {r['max_prompt']}"
+        )
+    return out
 
 
 def report(results: list[Run], turns: int) -> None:

@@ -2,6 +2,7 @@
 
 Run directly to serve until SIGTERM/SIGINT:
     python -m proxy.testing.llamacpp --model PATH --port N --ctx 8192 --parallel 2
+(--cache-reuse N turns on llama-server's reuse of cached chunks after a cut.)
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ def ensure_model(cache_dir: Path | None = None) -> Path:
     return target
 
 
-def serve(model: Path, port: int, n_ctx: int, n_parallel: int) -> None:
-    """Run the server in this process until SIGTERM or SIGINT."""
+def serve(model: Path, port: int, n_ctx: int, n_parallel: int, cache_reuse: int = 0) -> None:
+    """Run the server in this process until SIGTERM or SIGINT; cache_reuse is llama-server's
+    `--cache-reuse N` (0: off, only the common prefix of a prompt is taken from the cache)."""
     import xllamacpp as xlc
 
     params = xlc.CommonParams()
@@ -104,6 +106,7 @@ def serve(model: Path, port: int, n_ctx: int, n_parallel: int) -> None:
     params.model_alias = {MODEL_ALIAS}  # a set: a plain string would become a set of chars
     params.n_ctx = n_ctx  # split across slots: each slot gets n_ctx / n_parallel
     params.n_parallel = n_parallel
+    params.n_cache_reuse = cache_reuse
     params.use_jinja = True
     params.cpuparams.n_threads = 2
     params.cpuparams_batch.n_threads = 2
@@ -125,8 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--cache-reuse", type=int, default=0)
     args = parser.parse_args(argv)
-    serve(args.model, args.port, args.ctx, args.parallel)
+    serve(args.model, args.port, args.ctx, args.parallel, args.cache_reuse)
 
 
 def free_port() -> int:
@@ -139,9 +143,15 @@ class LlamaServer:
     """A llama.cpp server in a subprocess; `base_url` has no /v1 suffix."""
 
     def __init__(
-        self, model: Path, port: int | None = None, n_ctx: int = 8192, n_parallel: int = 2
+        self,
+        model: Path,
+        port: int | None = None,
+        n_ctx: int = 8192,
+        n_parallel: int = 2,
+        cache_reuse: int = 0,
     ) -> None:
         self.model = Path(model)
+        self.cache_reuse = cache_reuse
         self.port = port or free_port()
         self.n_ctx = n_ctx
         self.n_parallel = n_parallel
@@ -156,7 +166,7 @@ class LlamaServer:
         cmd = [
             sys.executable, "-m", "proxy.testing.llamacpp", "--model", str(self.model),
             "--port", str(self.port), "--ctx", str(self.n_ctx),
-            "--parallel", str(self.n_parallel),
+            "--parallel", str(self.n_parallel), "--cache-reuse", str(self.cache_reuse),
         ]  # fmt: skip
         started = time.monotonic()
         self._proc = subprocess.Popen(
