@@ -89,8 +89,7 @@ def viewing_command(command: str) -> bool:
     """Every step of the command line (split at `&&`, `;`, `|`) shows content or is neutral,
     and at least one shows content."""
     seen = False
-    for step in _SEPARATORS.split(command):
-        words = _words(step)
+    for words in _steps(command):
         while words and (_ASSIGNMENT.match(words[0]) or words[0] in ("sudo", "env", "time")):
             words = words[1:]
         if not words:
@@ -108,8 +107,19 @@ def viewing_command(command: str) -> bool:
     return seen
 
 
-def _words(step: str) -> list[str]:
+def _steps(command: str) -> list[list[str]]:
+    """The command line's steps as words, split at `&&`, `||`, `;`, `|`, `&` and new lines
+    outside quotes (`grep "Error|Traceback"` is one step)."""
+    lexer = shlex.shlex(command.replace("\n", ";"), posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
     try:
-        return shlex.split(step)
-    except ValueError:  # an unclosed quote: the plain words still name the program
-        return step.split()
+        tokens = list(lexer)
+    except ValueError:  # an unclosed quote: the plain words still name the programs
+        return [step.split() for step in _SEPARATORS.split(command)]
+    steps: list[list[str]] = [[]]
+    for token in tokens:
+        if token and set(token) <= set(";&|"):
+            steps.append([])
+        else:
+            steps[-1].append(token)
+    return steps

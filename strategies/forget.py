@@ -224,8 +224,9 @@ def _reserve(ctx: Context, lineage: Lineage) -> int:
 
 
 def _ledger_cap(ctx: Context) -> int:
-    """The ledger's room in tokens: `ledger_share` of the budget."""
-    return ledger.cap_tokens(ctx.budget, ctx.opts(ForgetOptions).ledger_share)
+    """The ledger's room in tokens: `ledger_share` of the room (the budget less the fixed part),
+    so that a large fixed part does not leave the ledger more than compaction can free."""
+    return ledger.cap_tokens(ctx.room(), ctx.opts(ForgetOptions).ledger_share)
 
 
 def _with_ledger(kept: list[Message], lineage: Lineage, ctx: Context) -> list[Message]:

@@ -70,13 +70,15 @@ FACT = re.compile(
     re.IGNORECASE,
 )
 CONCRETE = re.compile(
-    r"\d|[\w-]+[/\\][\w.-]+|\b\w+[._-]\w+\b|`[^`]+`|\"[^\"]+\"|'[^']{2,}'|\b[A-Z]{2,}\b|"
+    r"\d|[\w-][/\\][\w.-]|\b\w+[._-]\w+\b|`[^`]+`|\"[^\"]+\"|'[^']{2,}'|\b[A-Z]{2,}\b|"
     r"\b[a-z]+[A-Z]\w*\b|https?://|@"
 )
 SETTING = re.compile(r"^\s*(?P<key>[A-Za-z_][\w.-]{0,60})\s*[=:]\s*(?P<value>[^\s#].{0,120})$")
 CONFIG_FILE = re.compile(
     r"(?:\.env|\.ini|\.toml|\.ya?ml|\.json|\.cfg|\.conf|\.properties|settings\.py|config\.py)\b"
 )
+PRONOUNS = frozenset({"it", "this", "that", "there", "here", "which", "these", "those"})
+PARSED_CHARS = 4000  # of any message, at most, read for statements
 TOOL_FACTS = 8  # settings per file read, at most: a long file must not fill the ledger
 _ARTICLE = re.compile(r"^(?:the|our|my|a|an)\s+|[`'\"]", re.IGNORECASE)
 
@@ -127,7 +129,7 @@ def _fact_key(s: str) -> str | None:
     if m is None or not CONCRETE.search(m["value"]):
         return None
     key = _ARTICLE.sub("", _ARTICLE.sub("", m["key"].strip().lower())).strip()
-    return key if key and len(key.split()) <= 6 else None
+    return key if key and len(key.split()) <= 6 and key not in PRONOUNS else None
 
 
 def sentences(text: str) -> list[str]:
@@ -145,6 +147,7 @@ def statements(raw: Sequence[Message], index: int, names: dict[str, str]) -> lis
         return [Statement(index, *p) for p in _settings(text)] if config else []
     if role == "user" and len(text) > USER_WHOLE_CHARS:
         text = text[:USER_WHOLE_CHARS]  # the user's own words come before what they pasted
+    text = text[:PARSED_CHARS]  # statements are short: a huge answer is not read whole
     return [Statement(index, *p) for p in _parse(text, role)]
 
 
@@ -181,13 +184,15 @@ def read_targets(raw: Sequence[Message]) -> dict[str, str]:
     return out
 
 
-def newest_keys(raw: Sequence[Message], names: dict[str, str]) -> dict[str, int]:
-    """Fact subject -> the raw position of its newest statement, over the whole history."""
-    newest: dict[str, int] = {}
+def newest_keys(raw: Sequence[Message], names: dict[str, str]) -> dict[tuple[bool, str], int]:
+    """(said by the user?, fact subject) -> the raw position of its newest statement, over the
+    whole history: only the user's own later word overrides what the user said."""
+    newest: dict[tuple[bool, str], int] = {}
     for i in range(len(raw)):
+        user = raw[i].get("role") == "user"
         for st in statements(raw, i, names):
             if st.key:
-                newest[st.key] = i
+                newest[(user, st.key)] = i
     return newest
 
 
@@ -205,8 +210,11 @@ def entries(raw: Sequence[Message], forgotten: Sequence[int]) -> list[Entry]:
     newest = newest_keys(raw, names)
     out = []
     for i in sorted(forgotten):
+        user = raw[i].get("role") == "user"
         found = [
-            st for st in statements(raw, i, names) if st.key is None or newest.get(st.key) == i
+            st
+            for st in statements(raw, i, names)
+            if st.key is None or newest.get((user, st.key)) == i
         ]
         stale = {st.text for st in statements(raw, i, names) if st not in found}
         if raw[i].get("role") == "user":
@@ -228,7 +236,7 @@ def _user_form(msg: Message, stale: set[str]) -> str:
     text = text_of(msg) or ""
     if len(text) <= USER_WHOLE_CHARS:
         kept = [s for s in sentences(text) if s not in stale] if stale else [text]
-        return " ".join(" ".join(kept).split())
+        return " ".join(" ".join(kept or [text]).split())  # never nothing of what they said
     head = " ".join(text[:USER_HEAD_CHARS].split())
     lines = [ln.strip() for ln in excerpt(text)[:3]]
     return " | ".join([f"{head}…", *lines, f"({len(text):,} chars; {recall_ref(msg)})"])

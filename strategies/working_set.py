@@ -21,7 +21,7 @@ from strategies.messages import Message, text_of
 
 FAILING_TESTS = re.compile(
     r"^(?:FAILED|ERROR) \S+(?:::| - )|^\s*--- FAIL: |^test \S+ \.\.\. FAILED$|^\s+[✕×] "
-    r"|^FAIL\s+\S|^=+ .*\b\d+ (?:failed|errors?)\b.* =+$",
+    r"|^FAIL\s+\S|^=+ [^\n]{0,200}?\b\d+ (?:failed|errors?)\b[^\n]{0,200}? =+$",
     re.MULTILINE,
 )
 # How runners and agent CLIs report a command's non-zero exit status.
@@ -40,7 +40,9 @@ def lists_failing_tests(text: str) -> bool:
 @text_cache()
 def is_error_output(text: str) -> bool:
     """A traceback, a panic, a compiler or test failure, or a reported non-zero exit."""
-    return bears_failure(text) or NONZERO_EXIT.search(text[-400:]) is not None
+    # Runners report the exit at the end, Codex's exec in a header before the output.
+    exits = NONZERO_EXIT.search(text[-400:]) or NONZERO_EXIT.search(text[:400])
+    return bears_failure(text) or exits is not None
 
 
 def working_set(messages: Sequence[Message], ctx: Context) -> list[int]:

@@ -31,7 +31,10 @@ MIN_LINE = 24  # shorter lines ("# USER", "Ok.") say nothing about which convers
 QUOTED = 0.5  # share of a side request's text that must be lines of the one conversation
 MIN_QUOTED = 64  # characters at least, so a short new chat never joins an older one
 SESSIONS = 256  # recent fingerprint sessions remembered per process
-LINES = 20_000  # lines remembered per session (the newest)
+LINES = 2_000  # lines remembered per session (the newest): ~0.7 MB a session at most
+# A continuation that resends less than two whole exchanges must also share a line of its first
+# user message with the session's: one recorded answer alone (a canned refusal) is no proof.
+SHORT_HISTORY = 3
 SKIPPED = ("system", "developer")  # prompts, not the conversation itself
 Said = tuple[Any, int, str]  # a message of the conversation: role, identity (`_identity`), text
 
@@ -44,6 +47,7 @@ class History:
     chain: int  # the chained hash of those messages (see `_chains`)
     chars: int  # their text's length: a continuation must resend something substantial
     last: int  # the request's last message: an answer to it extends this history
+    first: frozenset[int] = frozenset()  # the first user message's lines, hashed
     answered: bool = False
 
 
@@ -52,7 +56,8 @@ class Conversations:
 
     def __init__(self, sessions: int = SESSIONS, lines: int = LINES) -> None:
         self.max_sessions, self.max_lines = sessions, lines
-        self.lines: OrderedDict[str, dict[int, None]] = OrderedDict()  # session -> line hashes
+        # session -> its line hashes, oldest first
+        self.lines: OrderedDict[str, OrderedDict[int, None]] = OrderedDict()
         self.seen: dict[str, set[int]] = {}  # session -> its messages, hashed (`_identity`)
         self.where: dict[int, set[str]] = {}  # line hash -> sessions holding it
         self.histories: dict[str, History] = {}
@@ -109,17 +114,22 @@ class Conversations:
         """The session whose whole latest history this request resends after its first
         user message (a continued run), if any."""
         chains = _chains(said)[0]
+        first = _first_lines(said)
         for session in self._recent(owner):
             history = self.histories.get(session)
             if history is None or history.chars < MIN_QUOTED or history.length >= len(chains):
+                continue
+            if history.length < SHORT_HISTORY and not history.first & first:
                 continue
             if chains[history.length] == history.chain:
                 return session
         return None
 
     def _quoted(self, said: list[Said], owner: str | None) -> str | None:
-        """The one session whose lines make up most of these messages' text, if any."""
-        lines = [line for _, _, text in said for line in _split(text)]
+        """The one session whose lines make up most of these messages' text, if any. Only what
+        the request's user messages say counts: a side request quotes the conversation in its
+        prompt, while a new conversation that merely got the same answer holds it as a turn."""
+        lines = [line for role, _, text in said if role == "user" for line in _split(text)]
         total = sum(len(line) for line in lines) or 1
         quoted: dict[str, int] = {}
         for line in dict.fromkeys(lines):
@@ -140,12 +150,13 @@ class Conversations:
             self.continues.popitem(last=False)
 
     def _index(self, session: str, messages: list[dict[str, Any]], said: list[Said]) -> None:
-        self.lines.setdefault(session, {})
+        self.lines.setdefault(session, OrderedDict())
         self.lines.move_to_end(session)
         if any(role == "user" for role, _, _ in said):
             chains, chars = _chains(said)
             last = said[-1][1] if messages[-1].get("role") not in SKIPPED else 0
-            self.histories[session] = History(len(chains) - 1, chains[-1], chars, last)
+            first = _first_lines(said)
+            self.histories[session] = History(len(chains) - 1, chains[-1], chars, last, first)
         # Agents rewrite their histories (aider moves finished exchanges ahead of its file
         # messages): index every message not indexed before, not only the tail.
         for _, identity, text in said:
@@ -166,8 +177,7 @@ class Conversations:
             lines[h] = None
             self.where.setdefault(h, set()).add(session)
             if len(lines) > self.max_lines:  # the oldest line goes
-                oldest = next(iter(lines))
-                del lines[oldest]
+                oldest, _ = lines.popitem(last=False)
                 self._drop(session, oldest)
 
     def _forget(self, session: str) -> None:
@@ -200,6 +210,11 @@ def _chains(said: list[Said]) -> tuple[list[int], int]:
         chains.append(hash((chains[-1], identity)))
         chars += len(text)
     return chains, chars
+
+
+def _first_lines(said: list[Said]) -> frozenset[int]:
+    first = next((text for role, _, text in said if role == "user"), "")
+    return frozenset(hash(line) for line in _split(first))
 
 
 def _identity(message: dict[str, Any]) -> tuple[int, str]:

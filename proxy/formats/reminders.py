@@ -48,6 +48,8 @@ def fold(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if pending and m.get("role") == "user":
             m = _with_reminders(m, pending)
             pending = []
+        elif pending and m.get("role") == "tool" and out and _awaits_results(out[-1]):
+            pass  # a call's results follow it at once: the reminders wait until they are in
         elif pending:
             _flush(out, pending)
             pending = []
@@ -55,6 +57,12 @@ def fold(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if pending:
         _flush(out, pending)
     return out
+
+
+def _awaits_results(msg: dict[str, Any]) -> bool:
+    return msg.get("role") == "tool" or bool(
+        msg.get("role") == "assistant" and msg.get("tool_calls")
+    )
 
 
 def _flush(out: list[dict[str, Any]], pending: list[str]) -> None:

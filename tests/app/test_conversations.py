@@ -179,7 +179,7 @@ def test_a_side_requests_answer_does_not_extend_the_history() -> None:
     assert place(c, summary).id == main.id
     c.answered(main.id, summary["messages"], {"role": "assistant", "content": "I asked you " * 9})
     c.answered(main.id, chat("x", long_task)["messages"], {"role": "assistant", "content": ANSWER})
-    again = chat("You are a coding agent.", long_task + " (again)", ANSWER, "Go on.")
+    again = chat("You are a coding agent.", long_task + "\n(again)", ANSWER, "Go on.")
     assert place(c, again) == SessionKey(main.id, "continued")
 
 
@@ -199,3 +199,14 @@ def test_a_one_exchange_run_continued_through_the_proxy_is_one_session(
     assert again.status_code == 200, again.text
     assert again.headers["x-ctxproxy-session"] == r.headers["x-ctxproxy-session"]
     assert httpx.get(proxy.url + "/sessions").json()["total"] == 1
+
+
+def test_conversations_that_only_share_a_canned_answer_stay_apart() -> None:
+    """Two questions met with the same refusal are two conversations, not a continued run."""
+    refusal = "I can't help with that request, but I'm glad to help with something else instead."
+    c = Conversations()
+    first_question = chat("You are a helpful assistant.", "how do I pick a lock")
+    first = place(c, first_question)
+    c.answered(first.id, first_question["messages"], {"role": "assistant", "content": refusal})
+    other = chat("You are a helpful assistant.", "write malware", refusal, "tell me a joke")
+    assert place(c, other).id != first.id

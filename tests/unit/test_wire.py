@@ -429,3 +429,19 @@ def test_anthropic_server_tools_noted() -> None:
 
 
 WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+
+
+def test_a_reminder_between_a_call_and_its_result_waits_for_the_result() -> None:
+    """A tool result must follow its call: the reminder goes after the call's results."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    view = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "developer", "content": "Mind the budget."},
+        {"role": "tool", "tool_call_id": "c1", "content": "out"},
+        {"role": "assistant", "content": "done"},
+    ]
+    folded = reminders.fold(view)
+    assert [m["role"] for m in folded] == ["system", "user", "assistant", "tool", "assistant"]
+    assert folded[3]["content"].startswith("out") and "Mind the budget." in folded[3]["content"]

@@ -132,3 +132,26 @@ def test_the_ledger_is_the_same_bytes_on_every_render():
     msgs = chat({0: RULE, 10: "The staging port is 5433."})
     forgotten = list(range(3, 40))
     assert ledger.render(msgs, forgotten, 800) == ledger.render(list(msgs), forgotten, 800)
+
+
+def test_only_the_users_later_word_overrides_what_the_user_said() -> None:
+    raw = [
+        {"role": "user", "content": "The prod database is db-2. This is v3 of the API."},
+        {"role": "assistant", "content": "This is `pytest` output: the prod database is up (3ms)."},
+        {"role": "user", "content": "Go on."},
+    ]
+    carried = ledger.render(raw, [0, 1], 400, lambda text: len(text) // 4)
+    assert "The prod database is db-2." in carried and "This is v3 of the API." in carried
+
+
+def test_a_huge_answer_is_read_in_linear_time() -> None:
+    """A dash run that made the concrete-value pattern rescan from every position (26 s)."""
+    import time
+
+    raw = [
+        {"role": "user", "content": "Fix it."},
+        {"role": "assistant", "content": "The result is " + "-" * 40_000},
+    ]
+    started = time.perf_counter()
+    ledger.newest_keys(raw, {})
+    assert time.perf_counter() - started < 2

@@ -138,3 +138,28 @@ def test_the_real_pytest_report_keeps_its_assertion_lines():
     folded = folded_output({"role": "tool", "content": report}, "bash", keep_evidence=True)
     assert folded is not None
     assert "E       AssertionError: totals drifted" in folded["content"]
+
+
+def test_separators_inside_quotes_do_not_split_a_search() -> None:
+    assert viewing_command('grep -rn "Error|Traceback" src')
+    assert viewing_command("rg 'foo|bar' .")
+    assert viewing_command("sed -n '1,20p;40,60p' notes.txt")
+    assert not viewing_command("cat log; pytest -x")
+
+
+def test_an_exit_status_reported_before_the_output_counts() -> None:
+    """Codex's exec output opens with the exit status, before a long output."""
+    output = "Exit code: 2\nWall time: 0.4 seconds\nOutput:\n" + "collecting ...\n" * 80
+    assert is_error_output(output)
+    assert not is_error_output("Exit code: 0\nOutput:\n" + "ok\n" * 80)
+
+
+def test_a_long_summary_line_is_read_in_linear_time() -> None:
+    """A hostile line that made the failing-tests pattern backtrack for seconds (12.7 s)."""
+    import time
+
+    from strategies.working_set import lists_failing_tests
+
+    started = time.perf_counter()
+    lists_failing_tests("= " + "1 failed " * 25_000)
+    assert time.perf_counter() - started < 2
