@@ -142,17 +142,30 @@ class _CheckedBody(httpx.AsyncByteStream):
         self._protocol = resp.protocol if isinstance(resp, _Response) else None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        # The end is checked as soon as it is read, before the last part is handed on: aiohttp
+        # pools the connection at the end of the body, and while a slow client takes that part
+        # another request may already be answered on it.
+        content, checked = self._resp.content, False
         try:
-            async for part in self._resp.content.iter_any():
+            while part := await content.readany():
+                if content.at_eof():
+                    self._check_end()
+                    checked = True
                 yield part
+        except MalformedAnswer:
+            raise
         except Exception as exc:
             raise mapped(exc, self._request) from exc
+        if not checked:
+            self._check_end()
+        self._done = True
+
+    def _check_end(self) -> None:
         if leftover(self._protocol):
             self._resp.close()
             raise MalformedAnswer(
                 "the upstream sent bytes past the end of its answer", request=self._request
             )
-        self._done = True
 
     async def aclose(self) -> None:
         if self._done:
