@@ -199,7 +199,7 @@ def test_browser_walks_from_sessions_to_the_folded_original(
     link.click()
     original = json.loads(browser.find_element(By.TAG_NAME, "pre").text)
     assert original["message"] == sent[position]
-    assert original["message"]["content"].startswith("2026-12-02 10:00:00 INFO db")
+    assert re.match(r"2026-12-02 10:0\d:00 INFO db", original["message"]["content"])  # a raw log
     screenshot(browser, artifacts, "5-original-json")
 
 
