@@ -13,6 +13,8 @@ import json
 import random
 from dataclasses import dataclass
 
+from proxy.testing.histories import PYTEST_REPORT
+
 SYSTEM = "You are a careful senior engineer helping on a billing service."
 TASK = "We are building the invoicing part of our billing service in Python. Help me along."
 RULE_AFTER_TASK = "Never run database migrations against the production cluster."
@@ -129,46 +131,6 @@ def _call(cid: str, cmd: str, text: str) -> dict:
 
 # --- the misleading-keyword agent session --------------------------------------------------
 
-PYTEST_REPORT = """============================= test session starts ==============================
-platform linux -- Python 3.11.7, pytest-8.3.2, pluggy-1.5.0
-rootdir: /work/billing
-collected 48 items
-
-tests/test_invoice.py ........F...........                                [ 41%]
-tests/test_tax.py .......F.F.........                                     [ 81%]
-tests/test_totals.py .........                                            [100%]
-
-=================================== FAILURES ===================================
-___________________________ test_parse_amount_locale ___________________________
-
-    def test_parse_amount_locale():
->       assert parse_amount("1.234,50", locale="de_DE") == Decimal("1234.50")
-
-tests/test_invoice.py:88:
-_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
-billing/money.py:41: in parse_amount
-    return Decimal(text.replace(" ", ""))
-E   decimal.InvalidOperation: [<class 'decimal.ConversionSyntax'>]
-_____________________________ test_vat_reverse_charge _____________________________
-
-    def test_vat_reverse_charge():
-        inv = make_invoice(country="AT", b2b=True)
->       assert inv.tax == Decimal("0.00")
-E       AssertionError: assert Decimal('3.80') == Decimal('0.00')
-
-tests/test_tax.py:57: AssertionError
-_____________________________ test_vat_rounding_half_even _____________________________
-
-    def test_vat_rounding_half_even():
->       assert round_tax(Decimal("0.125")) == Decimal("0.12")
-E       AssertionError: assert Decimal('0.13') == Decimal('0.12')
-
-tests/test_tax.py:71: AssertionError
-=========================== short test summary info ============================
-FAILED tests/test_invoice.py::test_parse_amount_locale - decimal.InvalidOperation: [<class 'decimal.ConversionSyntax'>]
-FAILED tests/test_tax.py::test_vat_reverse_charge - AssertionError: assert Decimal('3.80') == Decimal('0.00')
-FAILED tests/test_tax.py::test_vat_rounding_half_even - AssertionError: assert Decimal('0.13') == Decimal('0.12')
-========================= 3 failed, 45 passed in 1.92s ========================="""  # noqa: E501
 
 CRASH = """Loading 214 pending invoices from staging
 Traceback (most recent call last):
