@@ -570,7 +570,10 @@ LAUNCH_BEFORE = (
     "if '__editable__' not in getattr(f, '__module__', '')]; "
     "import functools, uvicorn; "
     "uvicorn.run = functools.partial(uvicorn.run, loop='asyncio', http='h11'); "
-    "from proxy.cli.commands import main; sys.exit(main())"
+    # proxy/cli.py in older trees, proxy/cli/commands.py since the tree moved
+    "import importlib; cli = importlib.import_module('proxy.cli'); "
+    "main = getattr(cli, 'main', None) or importlib.import_module('proxy.cli.commands').main; "
+    "sys.exit(main())"
 )
 
 
