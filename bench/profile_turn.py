@@ -53,9 +53,10 @@ def inline_threadpool() -> None:
     async def inline(func: Any, *args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
 
-    import proxy.exchange.lifecycle as ex
+    import proxy.exchange.steps as ex
 
-    for mod in (ex, sys.modules.get("proxy.http.deps"), sys.modules.get("proxy.offloop")):
+    lifecycle = sys.modules.get("proxy.exchange.lifecycle")
+    for mod in (ex, lifecycle, sys.modules.get("proxy.http.deps")):
         if mod is not None and hasattr(mod, "run_in_threadpool"):
             mod.run_in_threadpool = inline
 

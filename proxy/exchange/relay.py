@@ -24,7 +24,7 @@ from proxy.settings import Upstream
 from proxy.upstream import send as up
 
 if TYPE_CHECKING:  # it imports this module
-    from proxy.exchange.lifecycle import Exchange
+    from proxy.exchange.steps import Exchange
 
 
 async def relay(exchange: Exchange, r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:

@@ -14,7 +14,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from proxy.errors import ProxyError, UpstreamInvalid
-from proxy.exchange import lifecycle
+from proxy.exchange import steps
 from proxy.exchange.compile import Compiled
 from proxy.exchange.privacy import without_identity
 from proxy.exchange.relay import relay
@@ -69,7 +69,7 @@ class Wire:
 
     async def forward(
         self,
-        exchange: lifecycle.Exchange,
+        exchange: steps.Exchange,
         upstream: Upstream,
         body: dict[str, Any],
         compiled: Compiled,
@@ -95,7 +95,7 @@ class Wire:
         return await exchange.forward(upstream, chat, folded)
 
     async def _send_native(
-        self, exchange: lifecycle.Exchange, upstream: Upstream, compiled: Compiled
+        self, exchange: steps.Exchange, upstream: Upstream, compiled: Compiled
     ) -> httpx.Response:
         """The view in the API's own form; system messages after the first go as they came
         unless this upstream refused them once (then, and from then on, folded)."""
@@ -114,7 +114,7 @@ class Wire:
 
     async def _post(
         self,
-        exchange: lifecycle.Exchange,
+        exchange: steps.Exchange,
         upstream: Upstream,
         view: list[dict[str, Any]],
         window: int | None,
@@ -138,7 +138,7 @@ class Wire:
     async def answer(
         self,
         request: Request,
-        exchange: lifecycle.Exchange,
+        exchange: steps.Exchange,
         r: httpx.Response,
         upstream: Upstream,
         headers: dict[str, str],
@@ -161,7 +161,7 @@ class Wire:
     async def _whole(
         self,
         request: Request,
-        exchange: lifecycle.Exchange,
+        exchange: steps.Exchange,
         r: httpx.Response,
         upstream: Upstream,
         headers: dict[str, str],
@@ -169,16 +169,16 @@ class Wire:
     ) -> Response:
         """The answer read whole (recall rounds answered) and rendered in the client's API."""
         if not self.native:
-            await lifecycle._unless_gone(
-                request, exchange, lifecycle._read_checked(r, exchange, upstream, stream)
+            await steps.unless_gone(
+                request, exchange, steps.read_checked(r, exchange, upstream, stream)
             )
-            content = await lifecycle._unless_gone(request, exchange, exchange.settle(r))
+            content = await steps.unless_gone(request, exchange, exchange.settle(r))
             if r.status_code >= 400:
                 return self._error(r, headers)
             completion = json.loads(content)  # recall rounds answered, their calls taken out
             answer = self.codec.from_completion(completion, exchange.model, self.conversion)
             return JSONResponse(answer, r.status_code, headers)
-        await lifecycle._unless_gone(request, exchange, self._read_native(r, exchange, upstream))
+        await steps.unless_gone(request, exchange, self._read_native(r, exchange, upstream))
         if r.status_code >= 400:
             await exchange.finish(status=r.status_code, error=self._error_of(r))
             return self._error(r, headers)
@@ -203,7 +203,7 @@ class Wire:
         return json.dumps({**data, "id": self.conversion.answer_id}).encode()
 
     def _stream(
-        self, exchange: lifecycle.Exchange, r: httpx.Response, upstream: Upstream
+        self, exchange: steps.Exchange, r: httpx.Response, upstream: Upstream
     ) -> AsyncIterator[bytes]:
         if self.native:
             answer = self.codec.assembler()
@@ -214,7 +214,7 @@ class Wire:
         return self.codec.translate(chat, exchange.model, estimate, self.conversion)
 
     async def _read_native(
-        self, r: httpx.Response, exchange: lifecycle.Exchange, upstream: Upstream
+        self, r: httpx.Response, exchange: steps.Exchange, upstream: Upstream
     ) -> None:
         try:
             await up.read(r, upstream)

@@ -17,7 +17,7 @@ from proxy.exchange.relay import whole_events
 from proxy.settings import Upstream
 
 if TYPE_CHECKING:  # it imports this module
-    from proxy.exchange.lifecycle import Exchange
+    from proxy.exchange.steps import Exchange
 
 
 def event(name: str, data: dict[str, Any]) -> bytes:

@@ -19,7 +19,7 @@ from proxy.observe import access_log
 from strategies.events import CompactionEvent
 
 if TYPE_CHECKING:  # it imports this module
-    from proxy.exchange.lifecycle import Exchange
+    from proxy.exchange.steps import Exchange
 
 # LLM answers take seconds to minutes: the default buckets stop at 10 s.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

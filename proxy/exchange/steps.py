@@ -1,0 +1,391 @@
+"""One exchange's state and the steps the lifecycle runs on it: load its session's stored
+decisions, compile, forward, refit, calibrate, record and finish; and the checks of an answer."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import httpx
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from proxy.errors import (
+    ContextLengthExceeded,
+    ProxyError,
+)
+from proxy.exchange.calibrate import exact_prompt_tokens, next_factor
+from proxy.exchange.compile import (
+    Compiled,
+    answer_limit,
+    compile_request,
+    message_budget,
+)
+from proxy.exchange.identify import SessionKey
+from proxy.formats.chat_stream import MAX_CHOICES
+from proxy.http.disconnect import ClientClosed, unless_disconnected
+from proxy.observe import metrics as observe
+from proxy.observe.timing import Timing
+from proxy.recall import rounds
+from proxy.recall.rounds import Rounds, folded
+from proxy.settings import Upstream
+from proxy.store import RequestRef
+from proxy.store.request import NewRequest
+from proxy.store.states import Decisions, Prior
+from proxy.store.store import hash_messages
+from proxy.upstream import answers
+from proxy.upstream import send as up
+from proxy.upstream.overflow import Overflow, parse_overflow
+
+if TYPE_CHECKING:  # both import this module
+    from proxy.app import Services
+
+
+log = logging.getLogger("ctxproxy.exchange")
+T = TypeVar("T")
+
+
+async def unless_gone(request: Request, exchange: Exchange, work: Awaitable[T]) -> T:
+    """`work`, given up when the client disconnects: the upstream request is cancelled too."""
+    try:
+        return await unless_disconnected(request, work)
+    except ClientClosed as exc:
+        with anyio.CancelScope(shield=True):
+            await exchange.finish(status=exc.status, error=exc.body()["error"])
+        raise
+
+
+async def read_checked(
+    r: httpx.Response, exchange: Exchange, upstream: Upstream, stream: bool
+) -> None:
+    """Read the whole answer; one cut short, stalled or not a completion closes the record."""
+    try:
+        await up.read(r, upstream)
+        answers.check(r, upstream.name, stream)
+    except ProxyError as exc:
+        await exchange.finish(status=exc.status, error=exc.body()["error"])
+        raise
+
+
+async def overflow_of(
+    r: httpx.Response, exchange: Exchange, upstream: Upstream
+) -> Overflow | None:
+    if r.status_code < 400:
+        return None
+    await read_checked(r, exchange, upstream, False)
+    return parse_overflow(r.status_code, r.content)
+
+
+class Exchange:
+    """One exchange's record: written before forwarding, completed when the answer ends."""
+
+    def __init__(self, services: Services, timing: Timing, upstream: str, model: str):
+        self.services = services
+        self.upstream, self.model = upstream, model
+        self.store = services.store
+        self.pipeline = list(services.settings.compaction.pipeline)
+        self.timing = timing
+        self.started = timing.started
+        self.ref: RequestRef | None = None
+        self.factor = 1.0
+        self.compiled: Compiled | None = None
+        self.sent: Compiled | None = None  # the view as recorded, for metrics and the log
+        self.messages: list[dict[str, Any]] = []  # as stored: a refit's view refers to it
+        self.stream = False
+        self.attempts: list[dict[str, Any]] = []
+        self.hashes: list[str] | None = None
+        self.prior: Prior | None = None
+        self.rounds: Rounds | None = None  # set when the recall tool is offered
+        self.tools_removed: list[dict[str, Any]] = []  # set by the wire when it translates
+        self.limit: int | None = None  # the answer length forwarded, when lower than asked
+        self.refused: Compiled | None = None  # a refused request's figures, for the log
+
+    async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
+        """The session branch's stored compaction state, which this exchange's view starts from."""
+        fresh = sendable["messages"] is not body["messages"]  # a repaired history compiles afresh
+        self.hashes, self.prior = await run_in_threadpool(
+            self._hash_and_load, session_id, body["messages"], fresh
+        )
+
+    def _hash_and_load(
+        self, session_id: str, messages: list[dict[str, Any]], fresh: bool
+    ) -> tuple[list[str], Prior | None]:
+        hashes = hash_messages(messages)  # one thread hop for both: each costs a loop turn
+        return hashes, None if fresh else self.store.load_state(session_id, hashes)
+
+    def timing_header(self) -> dict[str, str]:
+        """Server-Timing as of now: sent with the answer's head."""
+        return {"server-timing": self.timing.header()}
+
+    def session_factor(self, default: float) -> float:
+        """The session's own calibration, moved by what the upstream counted last exchange."""
+        p = self.prior
+        return default if p is None else next_factor(p.factor, p.raw_prompt, p.prompt_tokens)
+
+    async def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
+        """Off the event loop: a long history's first compile can take a while."""
+        self.factor = factor
+        compiled = await run_in_threadpool(
+            partial(
+                compile_request,
+                body,
+                window=window,
+                settings=self.services.settings.compaction,
+                counter=self.services.counter.corrected(factor),
+                prior=self.prior.state if self.prior else None,
+            )
+        )
+        if self.prior is not None and compiled.tokens_original < self.prior.tokens_original:
+            # The history only grew: a lower calibration since must not make it look smaller.
+            compiled = dataclasses.replace(compiled, tokens_original=self.prior.tokens_original)
+        self.compiled = compiled
+        return compiled
+
+    def outgoing(
+        self, upstream: Upstream, plain: dict[str, Any], counted: dict[str, Any], compiled: Compiled
+    ) -> dict[str, Any]:
+        """What to send: with the recall tool when the view holds anything folded or left out,
+        and an answer length that fits what the window has left."""
+        self.limit = answer_limit(plain, compiled, self.services.settings.compaction)
+        self.rounds = None
+        if counted is plain or not folded(compiled):
+            return limited(plain, self.limit)
+        hashes = self.hashes or hash_messages(self.messages)
+        # Recall rounds grow the prompt up to the budget: their answers keep to the reserve.
+        kept = limited(counted, compiled.reserve if compiled.window else None)
+        self.rounds = Rounds(
+            self.services, upstream, kept, compiled, self.messages, hashes, self.factor, self.ref
+        )
+        return limited(counted, self.limit)
+
+    async def settle(self, r: httpx.Response) -> bytes:
+        """Close the record of a whole JSON answer; recall calls in it are answered first."""
+        data = answer_json(r)
+        if self.rounds is not None and r.status_code < 400:
+            try:
+                final = await self.rounds.settle(data)
+            except ProxyError as exc:
+                await self.finish(status=exc.status, error=exc.body()["error"])
+                raise
+            if final is not None:
+                await self.finish_from_data(r.status_code, final)
+                return rounds.dumps(final)
+        await self.finish_from_data(r.status_code, data)
+        return r.content
+
+    def decisions(self, compiled: Compiled) -> Decisions | None:
+        if compiled.state is None:
+            return None
+        return Decisions(
+            compiled.state, compiled.factor, compiled.raw_prompt, compiled.tokens_original
+        )
+
+    async def fit(
+        self, upstream: Upstream, body: dict[str, Any], window: int | None, factor: float
+    ) -> Compiled:
+        """Compile; in exact mode, recount with the upstream's tokenizer and refit if needed."""
+        compiled = await self.compile(body, window, factor)
+        if upstream.tokenizer != "upstream" or window is None:
+            return compiled
+        limit = message_budget(body, window, self.services.settings.compaction, 0)
+        for attempt in range(3):
+            outgoing = {**body, "messages": compiled.messages}
+            try:
+                exact = await exact_prompt_tokens(self.services.client, upstream, outgoing)
+            except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:
+                log.warning("exact count on %s failed, estimating: %r", upstream.name, exc)
+                return compiled
+            if exact is None:
+                return compiled
+            self.calibrate(compiled, exact)
+            if exact <= limit or attempt == 2:
+                return dataclasses.replace(compiled, tokens_compiled=exact)
+            compiled = await self.compile(
+                body, window, self.factor * exact / compiled.tokens_compiled
+            )
+        return compiled
+
+    async def forward(
+        self, upstream: Upstream, body: dict[str, Any], compiled: Compiled
+    ) -> httpx.Response:
+        outgoing = {**body, "messages": compiled.messages}
+        try:  # the answer is read by the route, within max_response_bytes
+            return await up.ask(
+                self.services.client,
+                upstream,
+                "/chat/completions",
+                outgoing,
+                window=compiled.window,
+            )
+        except ProxyError as exc:
+            await self.finish(status=exc.status, error=exc.body()["error"])
+            raise
+
+    async def refit(self, body: dict[str, Any], first: Compiled, overflow: Overflow) -> Compiled:
+        self.attempts.append(
+            {
+                "tokens_compiled": first.tokens_compiled,
+                "budget": first.prompt_budget,
+                "window": first.window,
+                "factor": self.factor,
+                "upstream_prompt_tokens": overflow.prompt_tokens,
+                "upstream_window": overflow.window,
+            }
+        )
+        factor = self.factor * 1.25
+        estimated = self.compiled or first  # the estimate, also where `first` is an exact count
+        if overflow.prompt_tokens and estimated.tokens_compiled:
+            self.calibrate(estimated, overflow.prompt_tokens)
+            factor = self.factor * overflow.prompt_tokens / estimated.tokens_compiled * 1.02
+        window = min(w for w in (first.window, overflow.window) if w)
+        try:
+            compiled = await self.compile(body, window, factor)
+        except ContextLengthExceeded as exc:
+            await self.finish(status=exc.status, error=exc.body()["error"])
+            raise
+        self.sent = compiled
+        if self.ref is not None:
+            await run_in_threadpool(
+                self.store.replace_compiled,
+                self.ref,
+                self.messages,
+                compiled.messages,
+                tokens_compiled=compiled.tokens_compiled,
+                budget=compiled.prompt_budget,
+                window=compiled.window,
+                events=[e.to_dict() for e in compiled.events],
+                decided=self.decisions(compiled),
+            )
+        return compiled
+
+    def calibrate(self, compiled: Compiled, prompt_tokens: Any) -> None:
+        """Teach the calibration what the upstream counted for what we estimated."""
+        self.services.calibration.observe(
+            self.upstream, self.model, compiled.raw_prompt, prompt_tokens
+        )
+
+    async def record(
+        self,
+        key: SessionKey,
+        body: dict[str, Any],
+        upstream: str,
+        compiled: Compiled | None,
+        refused: ContextLengthExceeded | None = None,
+        counted: dict[str, Any] | None = None,
+    ) -> None:
+        self.sent, self.messages = compiled, body["messages"]
+        self.stream = bool(body.get("stream"))
+        if refused is not None:  # nothing is sent; keep what it needed against which budget
+            counter = self.services.counter.corrected(self.factor)
+            settings = self.services.settings.compaction
+            whole = await run_in_threadpool(  # counted as the refusal was: tools it reserved too
+                compile_request, counted or body, window=None, settings=settings, counter=counter
+            )
+            compiled = Compiled(
+                [], whole.tokens_original, refused.needed, refused.budget, refused.window
+            )
+            self.refused = compiled
+        new = NewRequest(
+            session_id=key.id,
+            source=key.source,
+            key_id=key.owner,
+            messages=body["messages"],
+            request={k: v for k, v in body.items() if k != "messages"},
+            model=body["model"],
+            upstream=upstream,
+            stream=self.stream,
+            compiled=compiled.messages if compiled else [],
+            tokens_original=compiled.tokens_original if compiled else 0,
+            tokens_compiled=compiled.tokens_compiled if compiled else 0,
+            budget=compiled.prompt_budget if compiled else None,
+            window=compiled.window if compiled else None,
+            pipeline=self.pipeline,
+            events=[e.to_dict() for e in compiled.events] if compiled else [],
+            decided=self.decisions(compiled) if compiled else None,
+            hashes=self.hashes,
+        )
+        self.ref = await run_in_threadpool(self.store.record_request, new)
+
+    async def finish(
+        self,
+        *,
+        status: int,
+        response: dict[str, Any] | None = None,
+        partial: bool = False,
+        usage: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        first: float | None = None,
+        choices: Sequence[dict[str, Any] | None] | None = None,
+    ) -> None:
+        if self.ref is None:
+            return
+        sent_usage = self.rounds.first_usage() if self.rounds else None
+        calibrating = sent_usage or usage
+        if isinstance(calibrating, dict) and self.compiled is not None and status < 400:
+            self.calibrate(self.compiled, calibrating.get("prompt_tokens"))
+        now = time.monotonic()
+        await run_in_threadpool(
+            self.store.finish_exchange,
+            self.ref,
+            status=status,
+            latency_ms=(now - self.started) * 1000,
+            ttft_ms=None if first is None else (first - self.started) * 1000,
+            response=response,
+            partial=partial,
+            usage=usage,
+            error=error,
+            attempts=self.attempts or None,
+            choices=choices,
+            recalls=self.rounds.records if self.rounds else None,
+            sent_usage=sent_usage,
+        )
+        if status < 400 and not partial:  # later requests resend or quote it (conversations.py)
+            self.services.conversations.answered(self.ref.session_id, self.messages, response)
+        observe.exchange_finished(self, status, now, first, response, partial, error)
+
+    async def finish_from_data(self, status: int, data: dict[str, Any]) -> None:
+        choices = data.get("choices") or [{}]
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        error = data.get("error") if status >= 400 else None
+        others = [c.get("message") for c in choices[1:MAX_CHOICES] if isinstance(c, dict)]
+        await self.finish(
+            status=status,
+            response=message,
+            usage=data.get("usage"),
+            error=error if isinstance(error, dict) else None,
+            choices=others or None,
+        )
+
+
+def answer_json(r: httpx.Response) -> dict[str, Any]:
+    """A read answer's JSON object, or {} when it is not one."""
+    try:
+        data = r.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def compilation_headers(compiled: Compiled) -> dict[str, str]:
+    """The figures on one basis: the whole prompt, tool definitions included."""
+    budget = compiled.prompt_budget
+    return {
+        "x-ctxproxy-tokens-original": str(compiled.tokens_original),
+        "x-ctxproxy-tokens-compiled": str(compiled.tokens_compiled),
+        "x-ctxproxy-budget": "" if budget is None else str(budget),
+        "x-ctxproxy-compaction": compiled.summary(),
+    }
+
+
+def limited(body: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    """`body` asking for at most `limit` answer tokens (a copy, where it asked for more)."""
+    keys = ("max_tokens", "max_completion_tokens")
+    over = [
+        k for k in keys if limit is not None and isinstance(body.get(k), int) and body[k] > limit
+    ]
+    return {**body, **dict.fromkeys(over, limit)} if over else body
