@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import fastpath, history, liveness, pipelined, reads, states, writes
+from proxy.store import history, liveness, pipelined, reads, states, writes
 from proxy.store.digest import fast_message_hash
 from proxy.store.engine import Writer, insert_ignore, make_engine
 from proxy.store.models import (
@@ -98,13 +98,8 @@ class Store:
 
         def work(conn: Connection) -> RequestRef:
             now = utcnow()
-            if self._pg:
-                seq, leaf, added, taken = fastpath.open_turn(
-                    conn, session_id, source, model, now, key_id, messages, raw, chain
-                )
-            else:
-                seq = writes.next_seq(conn, session_id, source, model, now, key_id)
-                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+            seq = writes.next_seq(conn, session_id, source, model, now, key_id)
+            leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
             added += before
             row = {
                 "session_id": session_id,
@@ -127,11 +122,7 @@ class Store:
                 "key_id": key_id,
                 "owner": self.instance,
             }
-            if self._pg:
-                exchange_id = taken
-                fastpath.insert_exchange(conn, exchange_id, row)
-            else:
-                exchange_id = conn.execute(writes.insert_exchange(), row).scalar_one()
+            exchange_id = conn.execute(writes.insert_exchange(), row).scalar_one()
             writes.keep_rewritten(conn, exchange_id, rewritten, now)
             if decided is not None:
                 writes.keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
@@ -241,7 +232,7 @@ class Store:
 
         def work(conn: Connection) -> None:
             now = utcnow()
-            found = writes.answer_entry(conn, ref, response, answer, partial, now, self._pg)
+            found = writes.answer_entry(conn, ref, response, answer, partial, now)
             if found is False:
                 log.info(
                     "store: session %s was deleted before exchange %d finished",

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Table, bindparam, delete, exists, insert, sel
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from proxy.store import fastpath, history, states
+from proxy.store import history, states
 from proxy.store.engine import Executor, dialect_of, insert_ignore, statement
 from proxy.store.models import (
     CompiledRef,
@@ -197,36 +197,14 @@ def answer_entry(
     answer: str | None,
     partial: bool,
     now: datetime,
-    pg: bool,
 ) -> int | None | bool:
     """The answer's entry in the history (None without an answer), or False when the
-    exchange is gone. On PostgreSQL one statement checks both and takes the id."""
+    exchange is gone."""
     if response is None or answer is None:
         found = conn.execute(exchange_exists(), {"xid": ref.exchange_id}).first()
         return None if found is not None else False
     position, prefix = leaf_of(conn, ref)
     linked = history.link(prefix, answer)
-    if pg:
-        exists, entry_id, new_id = fastpath.answer_slot(
-            conn, ref.exchange_id, ref.session_id, linked
-        )
-        if not exists:
-            return False
-        history.store_messages(conn, {answer: response}, now)
-        if entry_id is None:
-            entry_id = new_id
-            fastpath.append_answer(
-                conn,
-                new_id,
-                ref.session_id,
-                ref.leaf_entry_id,
-                position + 1,
-                answer,
-                linked,
-                now,
-                partial,
-            )
-        return int(entry_id)
     if conn.execute(exchange_exists(), {"xid": ref.exchange_id}).first() is None:
         return False
     history.store_messages(conn, {answer: response}, now)
