@@ -94,7 +94,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(passthrough.router)
     app.include_router(ui.router)
     app.include_router(metrics.router)
-    app.router.routes[:0] = chat.routes()
+    app.router.routes[:0] = [*chat.routes(), *messages.routes(), *responses.routes()]
     _install_error_handlers(app)
     openapi.install(app, chat.openapi_paths())
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from proxy.errors import ContextLengthExceeded, ModelNotFound
 from proxy.exchange import lifecycle as exchange
@@ -13,8 +14,16 @@ from proxy.formats import anthropic
 from proxy.formats.chat import parse_chat
 from proxy.formats.codecs import MESSAGES
 from proxy.http.deps import ClientAuth, JsonBody, ServicesDep
+from proxy.http.plain import plain_routes
 
 router = APIRouter(dependencies=[ClientAuth])
+PATHS = ("/v1/messages", "/s/{session}/v1/messages")
+
+
+def routes() -> list[Route]:
+    """Plain routes (proxy/http/plain.py), placed ahead of this router's: they serve
+    `messages`, which the router declares for the OpenAPI document."""
+    return plain_routes(PATHS, messages)
 
 
 @router.post("/v1/messages")

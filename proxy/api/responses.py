@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from fastapi import APIRouter, Request, Response
+from starlette.routing import Route
 
 from proxy.exchange import lifecycle as exchange
 from proxy.exchange import previous
@@ -12,8 +13,16 @@ from proxy.exchange.wire import Wire
 from proxy.formats import responses
 from proxy.formats.codecs import RESPONSES
 from proxy.http.deps import ClientAuth, JsonBody, ServicesDep, client_key_id
+from proxy.http.plain import plain_routes
 
 router = APIRouter(dependencies=[ClientAuth])
+PATHS = ("/v1/responses", "/s/{session}/v1/responses")
+
+
+def routes() -> list[Route]:
+    """Plain routes (proxy/http/plain.py), placed ahead of this router's: they serve
+    `create_response`, which the router declares for the OpenAPI document."""
+    return plain_routes(PATHS, create_response)
 
 
 @router.post("/v1/responses")

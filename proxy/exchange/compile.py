@@ -193,3 +193,23 @@ def _measure(counter: TokenCounter):
 def _positive_int(value: Any) -> int | None:
     ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
     return value if ok else None
+
+
+def compilation_headers(compiled: Compiled) -> dict[str, str]:
+    """The figures on one basis: the whole prompt, tool definitions included."""
+    budget = compiled.prompt_budget
+    return {
+        "x-ctxproxy-tokens-original": str(compiled.tokens_original),
+        "x-ctxproxy-tokens-compiled": str(compiled.tokens_compiled),
+        "x-ctxproxy-budget": "" if budget is None else str(budget),
+        "x-ctxproxy-compaction": compiled.summary(),
+    }
+
+
+def limited(body: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    """`body` asking for at most `limit` answer tokens (a copy, where it asked for more)."""
+    keys = ("max_tokens", "max_completion_tokens")
+    over = [
+        k for k in keys if limit is not None and isinstance(body.get(k), int) and body[k] > limit
+    ]
+    return {**body, **dict.fromkeys(over, limit)} if over else body

@@ -23,13 +23,13 @@ from proxy.errors import (
 from proxy.exchange.compile import (
     Compiled,
     asked_tokens,
+    compilation_headers,
 )
 from proxy.exchange.identify import identify
 from proxy.exchange.prepare import prepare
 from proxy.exchange.relay import relay
 from proxy.exchange.steps import (
     Exchange,
-    compilation_headers,
     overflow_of,
     read_checked,
     unless_gone,
@@ -89,16 +89,13 @@ async def _exchange(
     key = identify(request.headers.get("x-session-id"), session, body, owner)
     key = services.conversations.place(key, body)
     window = await services.windows.window(upstream, chat.model)
-    with timing.span("store"):
-        await exchange.load_prior(key.id, body, sendable)
-    factor = exchange.session_factor(services.calibration.factor(upstream.name, chat.model))
     # Wherever the recall tool may be offered the budget leaves room for it, so offering it
     # never changes which view is sent.
     offered = services.settings.recall.enabled and recall.wanted(sendable, upstream.tools)
     counted = recall.with_tool(sendable) if offered else sendable
+    factor = services.calibration.factor(upstream.name, chat.model)
     try:
-        with timing.span("compile"):
-            compiled = await exchange.fit(upstream, counted, window, factor)
+        compiled = await exchange.open(key, (body, sendable, counted), upstream, window, factor)
     except ContextLengthExceeded as exc:
         with timing.span("store"):
             await exchange.record(key, body, upstream.name, None, refused=exc, counted=counted)
@@ -106,8 +103,6 @@ async def _exchange(
         if exchange.refused is not None:  # its real figures, as an answer's would be
             exc.headers = compilation_headers(exchange.refused) | {"x-ctxproxy-session": key.id}
         raise
-    with timing.span("store"):
-        await exchange.record(key, body, upstream.name, compiled)
     send = exchange.forward if wire is None else partial(wire.forward, exchange)
     r, compiled = await _send_fitted(
         request, exchange, upstream, send, (sendable, counted), compiled
@@ -125,9 +120,7 @@ async def _exchange(
             media_type="text/event-stream",
         )
     with timing.span("answer"):
-        await unless_gone(
-            request, exchange, read_checked(r, exchange, upstream, bool(chat.stream))
-        )
+        await unless_gone(request, exchange, read_checked(r, exchange, upstream, bool(chat.stream)))
         content = await unless_gone(request, exchange, exchange.settle(r))
     return Response(
         content, r.status_code, up.response_headers(r) | headers | exchange.timing_header()

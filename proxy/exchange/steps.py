@@ -7,7 +7,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -24,6 +23,7 @@ from proxy.exchange.compile import (
     Compiled,
     answer_limit,
     compile_request,
+    limited,
     message_budget,
 )
 from proxy.exchange.identify import SessionKey
@@ -72,9 +72,7 @@ async def read_checked(
         raise
 
 
-async def overflow_of(
-    r: httpx.Response, exchange: Exchange, upstream: Upstream
-) -> Overflow | None:
+async def overflow_of(r: httpx.Response, exchange: Exchange, upstream: Upstream) -> Overflow | None:
     if r.status_code < 400:
         return None
     await read_checked(r, exchange, upstream, False)
@@ -127,18 +125,59 @@ class Exchange:
         p = self.prior
         return default if p is None else next_factor(p.factor, p.raw_prompt, p.prompt_tokens)
 
+    async def open(
+        self,
+        key: SessionKey,
+        bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+        upstream: Upstream,
+        window: int | None,
+        factor: float,
+    ) -> Compiled:
+        """Load the session's stored decisions, compile the view and record the request, in one
+        thread hop (each costs a loop turn), unless exact counts ask the upstream in between.
+        `bodies`: as the client sent it, as it is to be sent, as it is counted (with the
+        recall tool where it may be offered); `factor` the upstream's calibration."""
+        body, sendable, counted = bodies
+        if upstream.tokenizer == "upstream" and window is not None:
+            with self.timing.span("store"):
+                await self.load_prior(key.id, body, sendable)
+            with self.timing.span("compile"):
+                compiled = await self.fit(upstream, counted, window, self.session_factor(factor))
+            with self.timing.span("store"):
+                await self.record(key, body, upstream.name, compiled)
+            return compiled
+        return await run_in_threadpool(self._open, key, bodies, upstream.name, window, factor)
+
+    def _open(
+        self,
+        key: SessionKey,
+        bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+        upstream: str,
+        window: int | None,
+        factor: float,
+    ) -> Compiled:
+        body, sendable, counted = bodies
+        fresh = sendable["messages"] is not body["messages"]
+        with self.timing.span("store"):
+            self.hashes, self.prior = self._hash_and_load(key.id, body["messages"], fresh)
+        with self.timing.span("compile"):
+            compiled = self._compile(counted, window, self.session_factor(factor))
+        with self.timing.span("store"):
+            self.ref = self.store.record_request(self._new_request(key, body, upstream, compiled))
+        return compiled
+
     async def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
         """Off the event loop: a long history's first compile can take a while."""
+        return await run_in_threadpool(self._compile, body, window, factor)
+
+    def _compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
         self.factor = factor
-        compiled = await run_in_threadpool(
-            partial(
-                compile_request,
-                body,
-                window=window,
-                settings=self.services.settings.compaction,
-                counter=self.services.counter.corrected(factor),
-                prior=self.prior.state if self.prior else None,
-            )
+        compiled = compile_request(
+            body,
+            window=window,
+            settings=self.services.settings.compaction,
+            counter=self.services.counter.corrected(factor),
+            prior=self.prior.state if self.prior else None,
         )
         if self.prior is not None and compiled.tokens_original < self.prior.tokens_original:
             # The history only grew: a lower calibration since must not make it look smaller.
@@ -278,8 +317,6 @@ class Exchange:
         refused: ContextLengthExceeded | None = None,
         counted: dict[str, Any] | None = None,
     ) -> None:
-        self.sent, self.messages = compiled, body["messages"]
-        self.stream = bool(body.get("stream"))
         if refused is not None:  # nothing is sent; keep what it needed against which budget
             counter = self.services.counter.corrected(self.factor)
             settings = self.services.settings.compaction
@@ -290,7 +327,15 @@ class Exchange:
                 [], whole.tokens_original, refused.needed, refused.budget, refused.window
             )
             self.refused = compiled
-        new = NewRequest(
+        new = self._new_request(key, body, upstream, compiled)
+        self.ref = await run_in_threadpool(self.store.record_request, new)
+
+    def _new_request(
+        self, key: SessionKey, body: dict[str, Any], upstream: str, compiled: Compiled | None
+    ) -> NewRequest:
+        self.sent, self.messages = compiled, body["messages"]
+        self.stream = bool(body.get("stream"))
+        return NewRequest(
             session_id=key.id,
             source=key.source,
             key_id=key.owner,
@@ -309,7 +354,6 @@ class Exchange:
             decided=self.decisions(compiled) if compiled else None,
             hashes=self.hashes,
         )
-        self.ref = await run_in_threadpool(self.store.record_request, new)
 
     async def finish(
         self,
@@ -369,23 +413,3 @@ def answer_json(r: httpx.Response) -> dict[str, Any]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def compilation_headers(compiled: Compiled) -> dict[str, str]:
-    """The figures on one basis: the whole prompt, tool definitions included."""
-    budget = compiled.prompt_budget
-    return {
-        "x-ctxproxy-tokens-original": str(compiled.tokens_original),
-        "x-ctxproxy-tokens-compiled": str(compiled.tokens_compiled),
-        "x-ctxproxy-budget": "" if budget is None else str(budget),
-        "x-ctxproxy-compaction": compiled.summary(),
-    }
-
-
-def limited(body: dict[str, Any], limit: int | None) -> dict[str, Any]:
-    """`body` asking for at most `limit` answer tokens (a copy, where it asked for more)."""
-    keys = ("max_tokens", "max_completion_tokens")
-    over = [
-        k for k in keys if limit is not None and isinstance(body.get(k), int) and body[k] > limit
-    ]
-    return {**body, **dict.fromkeys(over, limit)} if over else body

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import json
 import uuid
+from functools import partial
 from typing import Any
 
 from proxy.errors import BadRequest, ContextLengthExceeded, ProxyError
 from proxy.formats import shapes, tools
 from proxy.formats.groups import Conversion, Group, restore, split_head, text_of
 from proxy.formats.reasoning import reasoning_of, thinking_block
+from proxy.formats.seen import Seen
 from proxy.formats.toolnames import REMOVED_KEY
 
 API = "messages"
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 # Copied into the neutral request when present; the rest stays in the raw request only.
 _PASSED = ("model", "max_tokens", "temperature", "top_p", "top_k", "stream")
+SEEN = Seen()  # messages already converted: a session resends them every turn
 
 
 def to_neutral(raw: dict[str, Any]) -> Conversion:
@@ -36,11 +39,7 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
         head = {"role": "system", "content": text_of(_parts(raw["system"]))}
         neutral.append(head)
     for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant", "system"):
-            raise BadRequest(
-                f"messages.{i}: role must be user, assistant or system", param="messages"
-            )
-        converted = message_to_neutral(msg)
+        converted = SEEN.convert(msg, partial(_checked_message, i=i))
         groups.append(Group([msg], converted))
         neutral.extend(converted)
     body["messages"] = neutral
@@ -71,6 +70,11 @@ def _parts(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def _checked_message(msg: Any, i: int) -> list[dict[str, Any]]:
+    shapes.anthropic_message(msg, i)
+    return message_to_neutral(msg)
 
 
 def message_to_neutral(msg: dict[str, Any]) -> list[dict[str, Any]]:

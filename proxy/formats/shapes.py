@@ -50,20 +50,26 @@ RESPONSES_TOOL = {
 
 
 def anthropic_request(raw: dict[str, Any]) -> None:
+    """The request's fields but its messages: anthropic_message checks each of those."""
     _model(raw)
     _fields(raw, {"system": (str, list, type(None)), "tools": (list, type(None))}, "")
     _fields(raw, {"tool_choice": (dict, type(None)), "metadata": (dict, type(None))}, "")
     if isinstance(raw.get("system"), list):
         _anthropic_blocks(raw["system"], "system")
-    for i, msg in enumerate(raw.get("messages") or []):
-        if isinstance(msg, dict) and isinstance(msg.get("content"), list):
-            _anthropic_blocks(msg["content"], f"messages.{i}.content")
-        elif isinstance(msg, dict):
-            _fields(msg, {"content": STR}, f"messages.{i}")
     for i, tool in enumerate(raw.get("tools") or []):
         _fields(_object(tool, f"tools.{i}"), ANTHROPIC_TOOL, f"tools.{i}")
     if isinstance(raw.get("tool_choice"), dict):
         _fields(raw["tool_choice"], {"type": STR, "name": STR}, "tool_choice")
+
+
+def anthropic_message(msg: Any, i: int) -> None:
+    """messages[i]: an object with a known role, its content a string or known blocks."""
+    if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant", "system"):
+        raise BadRequest(f"messages.{i}: role must be user, assistant or system", param="messages")
+    if isinstance(msg.get("content"), list):
+        _anthropic_blocks(msg["content"], f"messages.{i}.content")
+    else:
+        _fields(msg, {"content": STR}, f"messages.{i}")
 
 
 def _anthropic_blocks(blocks: list[Any], where: str) -> None:

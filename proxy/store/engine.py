@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, Engine, Table, create_engine, event, insert
+import orjson
+from sqlalchemy import Connection, Engine, Table, bindparam, create_engine, event, insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
@@ -41,7 +43,8 @@ def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         try:
-            engine = create_engine(parsed)  # no pre-ping: a dead connection is retried instead
+            # no pre-ping: a dead connection is retried instead
+            engine = create_engine(parsed, json_serializer=json_text)
         except ImportError as exc:  # the dialect imports its driver when the engine is built
             raise _driver_missing(parsed.drivername, exc) from None
         if engine.dialect.name == "postgresql":
@@ -52,9 +55,22 @@ def make_engine(url: str) -> Engine:
         parsed,
         connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
         poolclass=StaticPool if in_memory else None,
+        json_serializer=json_text,
     )
     _tune_sqlite(engine)
     return engine
+
+
+def json_text(value: Any) -> str:
+    """A JSON column's text: orjson, several times faster than the standard encoder on a
+    request's parameters (an agent's tool definitions are tens of KB every turn); what orjson
+    refuses (integers past 64 bits, keys that are not strings) takes the standard encoder.
+    A NaN or Infinity, which no request holds (the parser refuses them) but an upstream's answer
+    might, is stored as null: JSON has no such number, and PostgreSQL refuses one."""
+    try:
+        return orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value)
 
 
 def _driver_missing(drivername: str, exc: ImportError) -> DriverMissing:
@@ -249,3 +265,14 @@ def insert_ignore_returning(s: Executor, model: type[Any], row: dict[str, Any]) 
             return s.execute(insert(table).values(row).returning(table.c.id)).scalar_one()
     except IntegrityError:
         return None
+
+
+def one_of(column: Any, name: str, n: int) -> Any:
+    """`column IN (:name0, …, :name{n-1})`: a statement built for one list length runs without
+    the per-execution rendering an expanding IN costs (a fifth of a millisecond a query)."""
+    return column.in_([bindparam(f"{name}{i}") for i in range(n)])
+
+
+def listed(name: str, values: Sequence[Any]) -> dict[str, Any]:
+    """The parameters `one_of(…, name, len(values))` takes."""
+    return {f"{name}{i}": v for i, v in enumerate(values)}

@@ -12,14 +12,14 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, cast
 
 import orjson
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
-from proxy.store.engine import Executor, insert_ignore, insert_ignore_returning
+from proxy.store.engine import Executor, insert_ignore, insert_ignore_returning, listed, one_of
 from proxy.store.models import EntryRow, MessageRow
 from strategies.messages import message_hash, orjson_exact
 
@@ -109,7 +109,9 @@ def longest_stored_prefix(
     if len(chain) > CHUNK and not any_stored(s, session_id, chain):
         return -1, None
     for start, end in probes(len(chain)):
-        rows = s.execute(stored_prefixes(), {"sid": session_id, "chain": chain[start:end]}).all()
+        window = chain[start:end]
+        params = {"sid": session_id, **listed("c", window)}
+        rows = s.execute(stored_prefixes(len(window)), params).all()
         if rows:
             found = dict(rows)
             pos = max(i for i in range(start, end) if chain[i] in found)
@@ -129,14 +131,15 @@ def probes(n: int, first: int = FIRST_PROBE) -> Iterable[tuple[int, int]]:
 
 def any_stored(s: Executor, session_id: str, chain: Sequence[str]) -> bool:
     """Whether any prefix of the history is stored: its first message is, if any is."""
-    return s.execute(stored_prefixes(), {"sid": session_id, "chain": chain[:1]}).first() is not None
+    first = {"sid": session_id, **listed("c", chain[:1])}
+    return s.execute(stored_prefixes(1), first).first() is not None
 
 
-@cache
-def stored_prefixes() -> Any:
+@lru_cache(maxsize=64)
+def stored_prefixes(n: int) -> Any:
+    """For `n` prefix hashes, parameters c0… (engine.listed)."""
     return select(EntryRow.prefix_hash, EntryRow.id).where(
-        EntryRow.session_id == bindparam("sid"),
-        EntryRow.prefix_hash.in_(bindparam("chain", expanding=True)),
+        EntryRow.session_id == bindparam("sid"), one_of(EntryRow.prefix_hash, "c", n)
     )
 
 

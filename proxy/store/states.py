@@ -7,14 +7,14 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import bindparam, select
 
 from proxy.store import history
-from proxy.store.engine import Executor
+from proxy.store.engine import Executor, listed, one_of
 from proxy.store.models import EntryRow, ExchangeRow, ViewStateRow
 from strategies.events import CompactionEvent
 from strategies.messages import Message
@@ -87,38 +87,53 @@ def encode_items(items: Sequence[Item], hash_of: Callable[[Message], str]) -> li
 
 def load(s: Executor, session_id: str, chain: Sequence[str]) -> Prior | None:
     """The state of the longest prefix of `chain` (prefix hashes) that has one, newest first."""
-    if len(chain) > history.CHUNK and not history.any_stored(s, session_id, chain):
-        return None  # a new session: one query, not one per chunk
-    for start, end in history.probes(len(chain)):
-        window = chain[start:end]
-        found = s.execute(_latest_state(), {"sid": session_id, "chain": window}).first()
-        if found is not None:
-            stored = SimpleNamespace(**found._mapping)
-            prompt_tokens = stored.prompt_tokens
-            return Prior(
-                _decode(s, stored),
-                stored.factor,
-                stored.raw_prompt,
-                prompt_tokens,
-                stored.tokens_original,
-            )
-    return None
+    probes = iter(history.probes(len(chain)))
+    first = next(probes, None)
+    if first is None:
+        return None
+    found = _probe(s, session_id, chain[first[0] : first[1]])
+    if found is None and len(chain) > first[1] - first[0]:
+        # Not where a continuing session's last state is: none at all (nothing compacted yet)
+        # takes one query, not one per chunk.
+        if s.execute(_any_state(), {"sid": session_id}).first() is None:
+            return None
+        for start, end in probes:
+            if (found := _probe(s, session_id, chain[start:end])) is not None:
+                break
+    if found is None:
+        return None
+    stored = SimpleNamespace(**found._mapping)
+    return Prior(
+        _decode(s, stored),
+        stored.factor,
+        stored.raw_prompt,
+        stored.prompt_tokens,
+        stored.tokens_original,
+    )
 
 
-@cache
-def _latest_state() -> Any:
-    """Built once (building costs more than running it): rows, not ORM objects."""
+def _probe(s: Executor, session_id: str, window: Sequence[str]) -> Any:
+    return s.execute(_latest_state(len(window)), {"sid": session_id, **listed("c", window)}).first()
+
+
+@lru_cache(maxsize=64)
+def _latest_state(n: int) -> Any:
+    """Built once per list length (building costs more than running it): rows, not ORM
+    objects."""
     return (
         select(*ViewStateRow.__table__.c, ExchangeRow.prompt_tokens)
         .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
         .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
-        .where(
-            EntryRow.session_id == bindparam("sid"),
-            EntryRow.prefix_hash.in_(bindparam("chain", expanding=True)),
-        )
+        .where(EntryRow.session_id == bindparam("sid"), one_of(EntryRow.prefix_hash, "c", n))
         .order_by(EntryRow.position.desc(), ViewStateRow.exchange_id.desc())
         .limit(1)
     )
+
+
+@cache
+def _any_state() -> Any:
+    where = ViewStateRow.session_id == bindparam("sid")
+    return select(ViewStateRow.exchange_id).where(where).limit(1)
 
 
 def _decode(s: Executor, stored: Any) -> ViewState:

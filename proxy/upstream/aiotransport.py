@@ -109,9 +109,14 @@ class _CheckedConnector(aiohttp.TCPConnector):
     async def _get(self, key: Any, traces: list[Any]) -> aiohttp.connector.Connection | None:
         while (conn := await super()._get(key, traces)) is not None:
             if conn.protocol is not None and not conn.protocol.should_close:
+                uses = getattr(conn.protocol, USES, 0) + 1
+                setattr(conn.protocol, USES, uses)  # _CheckedBody: not its answer's any more
                 return conn
             conn.close()
         return None
+
+
+USES = "ctxproxy_uses"  # on a connection's protocol: how often the pool handed it out again
 
 
 class _Response(aiohttp.ClientResponse):
@@ -119,10 +124,20 @@ class _Response(aiohttp.ClientResponse):
     soon as the body has arrived, often before `request()` returns."""
 
     protocol: Any = None
+    uses = 0  # the protocol's USES when this answer began
 
     async def start(self, connection: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
         self.protocol = connection.protocol
+        self.uses = getattr(connection.protocol, USES, 0)
         return await super().start(connection)
+
+    def leftover(self) -> bool:
+        """Bytes past this answer's end. Once the pool has handed the connection to another
+        request, what its parser holds is that request's answer: the hand-out refused a
+        connection holding anything (`should_close`), so nothing of this answer was left."""
+        if self.protocol is None or getattr(self.protocol, USES, 0) != self.uses:
+            return False
+        return leftover(self.protocol)
 
 
 def leftover(protocol: Any) -> bool:
@@ -139,7 +154,6 @@ class _CheckedBody(httpx.AsyncByteStream):
     ) -> None:
         self._resp, self._request, self._done = resp, request, False
         self._let_go: Callable[[], None] | None = let_go
-        self._protocol = resp.protocol if isinstance(resp, _Response) else None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         # The end is checked as soon as it is read, before the last part is handed on: aiohttp
@@ -161,7 +175,7 @@ class _CheckedBody(httpx.AsyncByteStream):
         self._done = True
 
     def _check_end(self) -> None:
-        if leftover(self._protocol):
+        if isinstance(self._resp, _Response) and self._resp.leftover():
             self._resp.close()
             raise MalformedAnswer(
                 "the upstream sent bytes past the end of its answer", request=self._request

@@ -117,9 +117,12 @@ def verify(audit: httpx.Client, threads: list[Thread]) -> None:
         exchanges = audit.get(f"/sessions/{session}/exchanges").json()["data"]
         sent = [m for t in group for m in t.sent]
         assert [x["seq"] for x in exchanges] == list(range(1, len(sent) + 1)), session
-        assert all(
-            x["status"] == 200 and not x["pending"] and not x["partial"] for x in exchanges
-        ), session
+        unfinished = [
+            (x["seq"], x["status"], x["pending"], x["partial"], x["error_code"])
+            for x in exchanges
+            if x["status"] != 200 or x["pending"] or x["partial"]
+        ]
+        assert not unfinished, (session, unfinished)
         stored, leaves = [], {}
         for x in exchanges:
             detail = audit.get(f"/sessions/{session}/exchanges/{x['seq']}").json()

@@ -1,0 +1,112 @@
+"""CPU per request, the figure a busy machine disturbs least: ctxproxy serve (SQLite, no
+compaction) and, with --before, an older tree beside it, each sent the same continuing turns
+back to back on one connection; the server process's CPU time (all its threads) per request,
+and the wall-clock p50 beside it. Blocks alternate between the targets.
+
+python -m bench.turn_cpu [--before DIR] [--profiles claude codex 8k tiny] [--requests 300]
+       [--spy claude]   # also sample ctxproxy with py-spy (pip install py-spy) during that profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench import histories, loadgen, overhead_agents, spawn, tabulate
+from bench import overhead as o
+
+PROFILES = ("claude", "codex", "8k", "tiny")
+
+
+def workload(profile: str) -> tuple[Any, str]:
+    if profile in ("8k", "tiny"):
+        messages, tokens = (o.SIZES | o.TINY)[profile]
+        load = o.Workload("continuing", histories.history_for_tokens(messages, tokens))
+        return load, "/v1/chat/completions"
+    return overhead_agents.AgentLoad(profile), overhead_agents.agents.PATHS[profile]
+
+
+def cpu_seconds(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+async def block(t: loadgen.Target, load: Any, n: int) -> tuple[float, list[float]]:
+    """(server CPU seconds per request, wall-clock seconds of each request)."""
+    base = load.base()
+    await o.prime(t, base)
+    template = t.request(load.turn(base))
+    pid = t.server.proc.pid if t.server.proc else 0
+    before = cpu_seconds(pid)
+    got = await o.timed(t.server.port, lambda: o.variant(template), n, 3600)
+    return (cpu_seconds(pid) - before) / len(got), [total for _, total in got]
+
+
+def spy(pid: int, seconds: float, out: Path) -> subprocess.Popen:
+    exe = str(Path(sys.executable).with_name("py-spy"))
+    argv = [exe, "record", "-p", str(pid), "-f", "raw", "-o", str(out), "-r", "250"]
+    return subprocess.Popen([*argv, "-d", str(max(1, int(seconds)))], stdout=subprocess.DEVNULL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.turn_cpu", description=__doc__)
+    ap.add_argument("--before", type=Path, help="an older tree to run beside (as-is)")
+    ap.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
+    ap.add_argument("--requests", type=int, default=300, help="per block")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--spy", choices=PROFILES, help="py-spy ctxproxy during this profile")
+    ap.add_argument("--out", type=Path, default=Path("spy.txt"), help="py-spy's raw stacks")
+    args = ap.parse_args(argv)
+    wd = tabulate.workdir("ctxproxy-bench-cpu-")
+    servers = [spawn.start_upstream(wd)]
+    try:
+        servers.append(spawn.start_ctxproxy(wd, servers[0]))
+        targets = [loadgen.Target("ctxproxy", servers[1])]
+        if args.before:
+            servers.append(o.start_before(args.before, wd, servers[0], as_is=True))
+            targets.append(loadgen.Target("before", servers[-1]))
+        for s in servers:
+            if s.error:
+                raise RuntimeError(s.error)
+        rows = []
+        for profile in args.profiles:
+            load, path = workload(profile)
+            cpu: dict[str, list[float]] = {}
+            wall: dict[str, list[float]] = {}
+            for r in range(args.rounds):
+                order = targets if r % 2 == 0 else targets[::-1]
+                for t in order:
+                    t = loadgen.Target(t.name, t.server, t.headers, path)
+                    watch = None
+                    if args.spy == profile and t.name == "ctxproxy" and r == 0 and t.server.proc:
+                        watch = spy(t.server.proc.pid, args.requests * 0.02, args.out)
+                    per, times = asyncio.run(block(t, load, args.requests))
+                    if watch is not None:
+                        watch.wait()
+                    cpu.setdefault(t.name, []).append(per)
+                    wall.setdefault(t.name, []).extend(times)
+            for name in cpu:
+                rows.append(
+                    [
+                        profile,
+                        name,
+                        f"{statistics.median(cpu[name]) * 1000:.2f}",
+                        f"{statistics.median(wall[name]) * 1000:.2f}",
+                    ]
+                )
+        print(tabulate.table(["profile", "target", "server CPU ms/request", "p50 ms"], rows))
+    finally:
+        for s in reversed(servers):
+            s.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
