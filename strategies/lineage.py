@@ -82,4 +82,3 @@ def memoize(count: Callable[[Message], int]) -> Callable[[Message], int]:
         return hit[1]
 
     return counted
-

@@ -12,6 +12,7 @@ from proxy.testing.servers import ServerThread
 
 pytestmark = pytest.mark.llama
 
+
 def proxy_for(
     llama: LlamaServer, start_proxy, settings_for, compaction=None, **upstream
 ) -> ServerThread:
