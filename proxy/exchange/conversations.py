@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.exchange.identify import SessionKey
+from strategies.prefix import PrefixMemo
 
 MIN_LINE = 24  # shorter lines ("# USER", "Ok.") say nothing about which conversation it is
 QUOTED = 0.5  # share of a side request's text that must be lines of the one conversation
@@ -62,13 +63,14 @@ class Conversations:
         self.where: dict[int, set[str]] = {}  # line hash -> sessions holding it
         self.histories: dict[str, History] = {}
         self.continues: OrderedDict[str, str] = OrderedDict()  # fingerprint -> its session
+        self.memo: PrefixMemo[Said | None] = PrefixMemo()  # a resent history's messages, read
 
     def place(self, key: SessionKey, body: dict[str, Any]) -> SessionKey:
         """`key`, or the session this request continues or is about; the request is indexed."""
         if key.source != "fingerprint":
             return key
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-        said = _said(messages)
+        said = self._said(messages)
         home = self.continues.get(key.id)
         if home is None and key.id not in self.lines:
             side = self._carried_on(said, key.owner)
@@ -159,7 +161,8 @@ class Conversations:
             self.histories[session] = History(len(chains) - 1, chains[-1], chars, last, first)
         # Agents rewrite their histories (aider moves finished exchanges ahead of its file
         # messages): index every message not indexed before, not only the tail.
-        for _, identity, text in said:
+        done = self.seen.get(session, ())
+        for _, identity, text in [s for s in said if s[1] not in done]:
             self._add_text(session, identity, text)
         while len(self.lines) > self.max_sessions:
             self._forget(next(iter(self.lines)))
@@ -195,10 +198,14 @@ class Conversations:
             if not holders:
                 del self.where[h]
 
+    def _said(self, messages: list[dict[str, Any]]) -> list[Said]:
+        """The conversation, prompts aside: each message's role, identity and text."""
+        read = self.memo.values(messages, lambda known: _read(messages[len(known) :]))
+        return [s for s in read if s is not None]
 
-def _said(messages: list[dict[str, Any]]) -> list[Said]:
-    """The conversation, prompts aside: each message's role, identity and text."""
-    return [(m.get("role"), *_identity(m)) for m in messages if m.get("role") not in SKIPPED]
+
+def _read(messages: list[dict[str, Any]]) -> list[Said | None]:
+    return [None if (role := m.get("role")) in SKIPPED else (role, *_identity(m)) for m in messages]
 
 
 def _chains(said: list[Said]) -> tuple[list[int], int]:
