@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -50,7 +50,7 @@ class PrefixMemo(Generic[V]):
         """Every message's value: those of the longest known prefix, then `extend(known)`,
         which returns the values of the messages after the `len(known)` known ones."""
         try:
-            data = orjson.dumps(messages)
+            data = dumped(messages)
             lasts = [orjson.dumps(m) for m in messages[-1 : -TAIL - 1 : -1]]
         except (orjson.JSONEncodeError, TypeError):  # big integers, odd keys, surrogates
             return extend([])
@@ -101,3 +101,20 @@ class PrefixMemo(Generic[V]):
         for key in gone.ends:
             if self._index.get(key) == old:
                 del self._index[key]
+
+
+# The last few lists dumped, by identity: the hashes and the session index of one request read
+# the same list (its messages are never changed in place: the raw history is never rewritten).
+_DUMPED: deque[tuple[Sequence[Message], int, bytes]] = deque(maxlen=4)
+DUMPED_BYTES = 4 << 20  # a larger list is dumped again rather than kept alive
+
+
+def dumped(messages: Sequence[Message]) -> bytes:
+    """orjson.dumps(messages), once per request's list."""
+    for seen, n, data in list(_DUMPED):
+        if seen is messages and n == len(messages):
+            return data
+    data = orjson.dumps(messages)
+    if len(data) <= DUMPED_BYTES:
+        _DUMPED.append((messages, len(messages), data))
+    return data

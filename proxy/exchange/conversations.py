@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy.exchange.identify import SessionKey
 from strategies.prefix import PrefixMemo
@@ -63,14 +63,16 @@ class Conversations:
         self.where: dict[int, set[str]] = {}  # line hash -> sessions holding it
         self.histories: dict[str, History] = {}
         self.continues: OrderedDict[str, str] = OrderedDict()  # fingerprint -> its session
-        self.memo: PrefixMemo[Said | None] = PrefixMemo()  # a resent history's messages, read
+        self.memo: PrefixMemo[Read] = PrefixMemo()  # a resent history's messages, read
 
     def place(self, key: SessionKey, body: dict[str, Any]) -> SessionKey:
         """`key`, or the session this request continues or is about; the request is indexed."""
         if key.source != "fingerprint":
             return key
-        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-        said = self._said(messages)
+        sent = body.get("messages") or []
+        messages = sent if _all_dicts(sent) else [m for m in sent if isinstance(m, dict)]
+        read = self.memo.values(messages, lambda known: _read(messages[len(known) :], known))
+        said = [r.said for r in read if r.said is not None]
         home = self.continues.get(key.id)
         if home is None and key.id not in self.lines:
             side = self._carried_on(said, key.owner)
@@ -81,9 +83,9 @@ class Conversations:
             if home is not None:
                 self._remember(key.id, home)
         if home is not None and home in self.lines:
-            self._index(home, messages, said)
+            self._index(home, read, said)
             return SessionKey(home, "continued", key.owner)
-        self._index(key.id, messages, said)
+        self._index(key.id, read, said)
         return key
 
     def answered(
@@ -151,14 +153,14 @@ class Conversations:
         while len(self.continues) > self.max_sessions:
             self.continues.popitem(last=False)
 
-    def _index(self, session: str, messages: list[dict[str, Any]], said: list[Said]) -> None:
+    def _index(self, session: str, read: list[Read], said: list[Said]) -> None:
         self.lines.setdefault(session, OrderedDict())
         self.lines.move_to_end(session)
-        if any(role == "user" for role, _, _ in said):
-            chains, chars = _chains(said)
-            last = said[-1][1] if messages[-1].get("role") not in SKIPPED else 0
+        end = read[-1] if read else None
+        if end is not None and end.started:
+            last = said[-1][1] if end.said is not None else 0
             first = _first_lines(said)
-            self.histories[session] = History(len(chains) - 1, chains[-1], chars, last, first)
+            self.histories[session] = History(end.length, end.chain, end.chars, last, first)
         # Agents rewrite their histories (aider moves finished exchanges ahead of its file
         # messages): index every message not indexed before, not only the tail.
         done = self.seen.get(session, ())
@@ -198,14 +200,36 @@ class Conversations:
             if not holders:
                 del self.where[h]
 
-    def _said(self, messages: list[dict[str, Any]]) -> list[Said]:
-        """The conversation, prompts aside: each message's role, identity and text."""
-        read = self.memo.values(messages, lambda known: _read(messages[len(known) :]))
-        return [s for s in read if s is not None]
+
+class Read(NamedTuple):
+    """A message as the index reads it, with the conversation's `_chains` up to it."""
+
+    said: Said | None  # None for a prompt
+    started: bool  # at or after the first user message
+    chain: int  # the chained hash of the conversation after the first user message …
+    length: int  # … its messages …
+    chars: int  # … and their text's length
 
 
-def _read(messages: list[dict[str, Any]]) -> list[Said | None]:
-    return [None if (role := m.get("role")) in SKIPPED else (role, *_identity(m)) for m in messages]
+def _read(messages: list[dict[str, Any]], before: list[Read]) -> list[Read]:
+    """`messages`, read after the messages `before` (whose reading is known)."""
+    started, chain, length, chars = before[-1][1:] if before else (False, 0, 0, 0)
+    out = []
+    for m in messages:
+        role = m.get("role")
+        if role in SKIPPED:
+            out.append(Read(None, started, chain, length, chars))
+            continue
+        identity, text = _identity(m)
+        if started:
+            chain, length, chars = hash((chain, identity)), length + 1, chars + len(text)
+        started = started or role == "user"
+        out.append(Read((role, identity, text), started, chain, length, chars))
+    return out
+
+
+def _all_dicts(messages: list[Any]) -> bool:
+    return set(map(type, messages)) <= {dict}
 
 
 def _chains(said: list[Said]) -> tuple[list[int], int]:
