@@ -63,15 +63,12 @@ class Conversations:
         self.where: dict[int, set[str]] = {}  # line hash -> sessions holding it
         self.histories: dict[str, History] = {}
         self.continues: OrderedDict[str, str] = OrderedDict()  # fingerprint -> its session
-        self.memo: PrefixMemo[Read] = PrefixMemo()  # a resent history's messages, read
 
     def place(self, key: SessionKey, body: dict[str, Any]) -> SessionKey:
         """`key`, or the session this request continues or is about; the request is indexed."""
         if key.source != "fingerprint":
             return key
-        sent = body.get("messages") or []
-        messages = sent if _all_dicts(sent) else [m for m in sent if isinstance(m, dict)]
-        read = self.memo.values(messages, lambda known: _read(messages[len(known) :], known))
+        messages, read = reading(body)
         said = [r.said for r in read if r.said is not None]
         home = self.continues.get(key.id)
         if home is None and key.id not in self.lines:
@@ -163,8 +160,16 @@ class Conversations:
             self.histories[session] = History(end.length, end.chain, end.chars, last, first)
         # Agents rewrite their histories (aider moves finished exchanges ahead of its file
         # messages): index every message not indexed before, not only the tail.
-        done = self.seen.get(session, ())
-        for _, identity, text in [s for s in said if s[1] not in done]:
+        done = self.seen.setdefault(session, set())
+        new = [s for s in said if s[1] not in done]
+        # Only a session's newest lines are kept: older messages, whose lines the newer ones
+        # would push out, are noted but not split (a long history's first request is cheap).
+        start, lines = len(new), 0
+        while start > 0 and lines < self.max_lines:
+            start -= 1
+            lines += len(_split(new[start][2]))
+        done.update(s[1] for s in new[:start])
+        for _, identity, text in new[start:]:
             self._add_text(session, identity, text)
         while len(self.lines) > self.max_sessions:
             self._forget(next(iter(self.lines)))
@@ -209,6 +214,19 @@ class Read(NamedTuple):
     chain: int  # the chained hash of the conversation after the first user message …
     length: int  # … its messages …
     chars: int  # … and their text's length
+
+
+# A resent history's messages, read (by content: any app's index reads them alike).
+_READ: PrefixMemo[Read] = PrefixMemo(32 << 20)
+
+
+def reading(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Read]]:
+    """The request's messages (dicts only) and their reading; the checks before the exchange
+    call this on a worker thread for a long history, so that `place` finds it done."""
+    sent = body.get("messages")
+    sent = sent if isinstance(sent, list) else []
+    messages = sent if _all_dicts(sent) else [m for m in sent if isinstance(m, dict)]
+    return messages, _READ.values(messages, lambda known: _read(messages[len(known) :], known))
 
 
 def _read(messages: list[dict[str, Any]], before: list[Read]) -> list[Read]:
