@@ -62,11 +62,12 @@ def inline_threadpool() -> None:
 
 
 async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool) -> float:
-    from proxy.app import create_app
+    from proxy.app import create_app, settle_heap
 
     history = histories.history_for_tokens(messages, tokens)
     with tempfile.TemporaryDirectory() as tmp:
         app = create_app(settings_for(Path(tmp) / "p.db"), transport=mock_upstream())
+        settle_heap()  # as `ctxproxy serve` does
         inline_threadpool()
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
@@ -120,12 +121,13 @@ def agent_bodies(agent: str, turns: int, start: int) -> tuple[str, list[bytes]]:
 
 
 async def drive_agent(agent: str, turns: int, start: int, profile: bool) -> float:
-    from proxy.app import create_app
+    from proxy.app import create_app, settle_heap
 
     path, bodies = agent_bodies(agent, turns, start)
     headers = {"content-type": "application/json"}
     with tempfile.TemporaryDirectory() as tmp:
         app = create_app(settings_for(Path(tmp) / "p.db"), transport=mock_upstream())
+        settle_heap()  # as `ctxproxy serve` does
         inline_threadpool()
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)

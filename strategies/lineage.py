@@ -19,14 +19,18 @@ class Lineage:
     def __init__(self, raw: Sequence[Message]):
         self.raw = raw
         self._origin: dict[int, tuple[Message, Message, str]] = {}
-        self._iteration: dict[int, int] = {}
+        self._iterations: dict[int, int] | None = None  # made when first asked for
         self._forms: dict[tuple[int, str], Message | None] = {}
-        self._index: dict[int, int] = {}
+        # Built at C speed: a turn that compacts nothing only looks its messages up.
+        self._index: dict[int, int] = dict(zip(map(id, raw), range(len(raw)), strict=True))
         self._synthetic: set[int] = set()
         self.forgotten: set[int] = set()  # raw indexes no longer in the view
-        for i, (msg, it) in enumerate(zip(raw, iterations(raw), strict=True)):
-            self._iteration[id(msg)] = it
-            self._index[id(msg)] = i
+
+    @property
+    def _iteration(self) -> dict[int, int]:
+        if self._iterations is None:
+            self._iterations = dict(zip(map(id, self.raw), iterations(self.raw), strict=True))
+        return self._iterations
 
     def origin(self, msg: Message) -> Message:
         entry = self._origin.get(id(msg))
@@ -49,6 +53,11 @@ class Lineage:
 
     def forget(self, indexes: Iterable[int]) -> None:
         self.forgotten.update(indexes)
+
+    def positions(self, view: Sequence[Message]) -> list[int | None]:
+        """index(m) for each raw message of `view`, None for a compiled form."""
+        index, forms = self._index, self._origin
+        return [None if i in forms else index[i] for i in map(id, view)]
 
     def label(self, msg: Message) -> str | None:
         """Which strategy pass made this form, None for a raw message."""

@@ -49,16 +49,17 @@ class ViewState:
         view_tokens: int,
         original_tokens: int,
     ) -> ViewState:
-        items: list[Item] = []
-        for m in view:
-            label = lineage.label(m)
-            if label is None:
-                items.append(lineage.index(m))
-            else:
-                items.append(Form(lineage.index(m), label, m, lineage.is_synthetic(m)))
+        positions = lineage.positions(view)  # at C speed; forms are few
+        if None in positions:
+            items = tuple(
+                i if i is not None else _form(m, lineage)
+                for m, i in zip(view, positions, strict=True)
+            )
+        else:  # nothing compacted
+            items = tuple(positions)  # type: ignore[arg-type]
         return cls(
             covered,
-            tuple(items),
+            items,
             runs(lineage.forgotten),
             tuple(carried),
             view_tokens,
@@ -68,6 +69,8 @@ class ViewState:
     def restore(self, messages: Sequence[Message], lineage: Lineage) -> list[Message]:
         """The view of messages[:covered], its forms registered in the lineage."""
         lineage.forget(i for a, b in self.forgotten for i in range(a, b))
+        if all(type(i) is int for i in self.items):  # nothing compacted
+            return list(map(messages.__getitem__, self.items))  # type: ignore[arg-type]
         view: list[Message] = []
         for item in self.items:
             if isinstance(item, int):
@@ -81,6 +84,12 @@ class ViewState:
     def fits(self, messages: Sequence[Message]) -> bool:
         """Whether this state can stand for a prefix of `messages` (indexes in range)."""
         return self.covered <= len(messages)
+
+
+def _form(m: Message, lineage: Lineage) -> Item:
+    label = lineage.label(m)
+    assert label is not None, "a message of the view is raw or a form"
+    return Form(lineage.index(m), label, m, lineage.is_synthetic(m))
 
 
 def runs(indexes: Iterable[int]) -> tuple[tuple[int, int], ...]:

@@ -140,7 +140,7 @@ def serve_forever(
 
     import uvicorn
 
-    from proxy.app import create_app
+    from proxy.app import create_app, settle_heap
     from proxy.observe.access_log import configure_logging
 
     configure_logging(settings.log_level)
@@ -160,7 +160,9 @@ def serve_forever(
         "timeout_graceful_shutdown": 30,
     }
     if workers == 1:
-        uvicorn.run(create_app(settings), **options)
+        app = create_app(settings)
+        settle_heap()
+        uvicorn.run(app, **options)
         return 0
     if config:  # worker processes inherit the environment: point them at the same file
         os.environ["CTXPROXY_CONFIG"] = os.path.abspath(config)

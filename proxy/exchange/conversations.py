@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy.exchange.identify import SessionKey
+from strategies.prefix import PrefixMemo
 
 MIN_LINE = 24  # shorter lines ("# USER", "Ok.") say nothing about which conversation it is
 QUOTED = 0.5  # share of a side request's text that must be lines of the one conversation
@@ -67,8 +68,8 @@ class Conversations:
         """`key`, or the session this request continues or is about; the request is indexed."""
         if key.source != "fingerprint":
             return key
-        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-        said = _said(messages)
+        messages, read = reading(body)
+        said = [r.said for r in read if r.said is not None]
         home = self.continues.get(key.id)
         if home is None and key.id not in self.lines:
             side = self._carried_on(said, key.owner)
@@ -79,9 +80,9 @@ class Conversations:
             if home is not None:
                 self._remember(key.id, home)
         if home is not None and home in self.lines:
-            self._index(home, messages, said)
+            self._index(home, read, said)
             return SessionKey(home, "continued", key.owner)
-        self._index(key.id, messages, said)
+        self._index(key.id, read, said)
         return key
 
     def answered(
@@ -149,17 +150,26 @@ class Conversations:
         while len(self.continues) > self.max_sessions:
             self.continues.popitem(last=False)
 
-    def _index(self, session: str, messages: list[dict[str, Any]], said: list[Said]) -> None:
+    def _index(self, session: str, read: list[Read], said: list[Said]) -> None:
         self.lines.setdefault(session, OrderedDict())
         self.lines.move_to_end(session)
-        if any(role == "user" for role, _, _ in said):
-            chains, chars = _chains(said)
-            last = said[-1][1] if messages[-1].get("role") not in SKIPPED else 0
+        end = read[-1] if read else None
+        if end is not None and end.started:
+            last = said[-1][1] if end.said is not None else 0
             first = _first_lines(said)
-            self.histories[session] = History(len(chains) - 1, chains[-1], chars, last, first)
+            self.histories[session] = History(end.length, end.chain, end.chars, last, first)
         # Agents rewrite their histories (aider moves finished exchanges ahead of its file
         # messages): index every message not indexed before, not only the tail.
-        for _, identity, text in said:
+        done = self.seen.setdefault(session, set())
+        new = [s for s in said if s[1] not in done]
+        # Only a session's newest lines are kept: older messages, whose lines the newer ones
+        # would push out, are noted but not split (a long history's first request is cheap).
+        start, lines = len(new), 0
+        while start > 0 and lines < self.max_lines:
+            start -= 1
+            lines += len(_split(new[start][2]))
+        done.update(s[1] for s in new[:start])
+        for _, identity, text in new[start:]:
             self._add_text(session, identity, text)
         while len(self.lines) > self.max_sessions:
             self._forget(next(iter(self.lines)))
@@ -196,9 +206,48 @@ class Conversations:
                 del self.where[h]
 
 
-def _said(messages: list[dict[str, Any]]) -> list[Said]:
-    """The conversation, prompts aside: each message's role, identity and text."""
-    return [(m.get("role"), *_identity(m)) for m in messages if m.get("role") not in SKIPPED]
+class Read(NamedTuple):
+    """A message as the index reads it, with the conversation's `_chains` up to it."""
+
+    said: Said | None  # None for a prompt
+    started: bool  # at or after the first user message
+    chain: int  # the chained hash of the conversation after the first user message …
+    length: int  # … its messages …
+    chars: int  # … and their text's length
+
+
+# A resent history's messages, read (by content: any app's index reads them alike).
+_READ: PrefixMemo[Read] = PrefixMemo(32 << 20)
+
+
+def reading(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Read]]:
+    """The request's messages (dicts only) and their reading; the checks before the exchange
+    call this on a worker thread for a long history, so that `place` finds it done."""
+    sent = body.get("messages")
+    sent = sent if isinstance(sent, list) else []
+    messages = sent if _all_dicts(sent) else [m for m in sent if isinstance(m, dict)]
+    return messages, _READ.values(messages, lambda known: _read(messages[len(known) :], known))
+
+
+def _read(messages: list[dict[str, Any]], before: list[Read]) -> list[Read]:
+    """`messages`, read after the messages `before` (whose reading is known)."""
+    started, chain, length, chars = before[-1][1:] if before else (False, 0, 0, 0)
+    out = []
+    for m in messages:
+        role = m.get("role")
+        if role in SKIPPED:
+            out.append(Read(None, started, chain, length, chars))
+            continue
+        identity, text = _identity(m)
+        if started:
+            chain, length, chars = hash((chain, identity)), length + 1, chars + len(text)
+        started = started or role == "user"
+        out.append(Read((role, identity, text), started, chain, length, chars))
+    return out
+
+
+def _all_dicts(messages: list[Any]) -> bool:
+    return set(map(type, messages)) <= {dict}
 
 
 def _chains(said: list[Said]) -> tuple[list[int], int]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from proxy.exchange import pairing
+from proxy.exchange import conversations, pairing
 from proxy.exchange.privacy import without_identity
 from proxy.formats.chat import ChatHead, chat_head
 
@@ -23,8 +23,16 @@ async def prepare(
     identity fields go only with `identity` (they still name the session, from `body`)."""
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > OFF_LOOP_MESSAGES:
-        return await run_in_threadpool(_checked, body, policy, identity)
+        return await run_in_threadpool(_checked_ahead, body, policy, identity)
     return _checked(body, policy, identity)
+
+
+def _checked_ahead(
+    body: dict[str, Any], policy: str, identity: bool
+) -> tuple[ChatHead, dict[str, Any]]:
+    checked = _checked(body, policy, identity)
+    conversations.reading(body)  # the session index's part, here rather than on the loop
+    return checked
 
 
 def _checked(body: dict[str, Any], policy: str, identity: bool) -> tuple[ChatHead, dict[str, Any]]:

@@ -70,6 +70,8 @@ def row(
 
 
 def encode_items(items: Sequence[Item], hash_of: Callable[[Message], str]) -> list[Any]:
+    if items and items[-1] == len(items) - 1 and items == tuple(range(len(items))):
+        return [[0, len(items)]]  # nothing compacted: the whole history as one run
     out: list[Any] = []
     for item in items:
         if isinstance(item, int):

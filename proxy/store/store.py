@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +36,7 @@ from proxy.store.views import (
     StoredMessage,
 )
 from strategies.messages import message_hash
+from strategies.prefix import PrefixMemo
 
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")
@@ -419,5 +422,25 @@ class Store:
         return self._read(reads.stats)
 
 
+# (message hash, prefix hash) of the histories recent requests sent: a turn hashes only its tail.
+_HASHED: PrefixMemo[tuple[str, str]] = PrefixMemo()
+
+
 def hash_messages(messages: list[dict[str, Any]]) -> history.Hashes:
-    return history.Hashes(fast_message_hash(m) for m in messages)
+    """The messages' hashes, with their prefix chain (history.prefix_chain) computed too."""
+    pairs = _HASHED.values(messages, partial(_hash_tail, messages))
+    hashes = history.Hashes(map(itemgetter(0), pairs))
+    hashes.chain = list(map(itemgetter(1), pairs))
+    return hashes
+
+
+def _hash_tail(
+    messages: list[dict[str, Any]], known: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    prefix = known[-1][1] if known else ""
+    out = []
+    for m in messages[len(known) :]:
+        h = fast_message_hash(m)
+        prefix = history.link(prefix, h)
+        out.append((h, prefix))
+    return out
