@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from proxy.exchange.tokens import REPLY_PRIMING, TokenCounter
 from proxy.recall import tool as recall
 from proxy.settings import CompactionSettings
 from strategies import CompactionEvent, OverBudget, Plan, compile_view
+from strategies.messages import Message
 from strategies.options import OPTIONS, StrategyOptions
 from strategies.state import ViewState
 
@@ -59,10 +61,11 @@ def compile_request(
     """Compile the view of `body`'s messages; `prior` is the session branch's stored state for
     a prefix of them (None for a new session: the history is compiled as one arrival)."""
     messages = list(body.get("messages") or [])
+    count = _history_counter(body.get("messages") or [], counter)
     tools_raw = counter.count_tools(body.get("tools") or None)
     factor = counter.correction
     if window is None:
-        raw = sum(counter.count_message(m) for m in messages) + REPLY_PRIMING + tools_raw
+        raw = sum(count(m) for m in messages) + REPLY_PRIMING + tools_raw
         original = counter.estimate(raw)
         return Compiled(messages, original, original, None, None, [], None, factor, raw)
     tools_tokens = counter.estimate(tools_raw)
@@ -72,15 +75,13 @@ def compile_request(
     plan = make_plan(settings, budget, RECALL_ROOM if recalls else 0)
     try:
         try:
-            result = compile_view(
-                messages, plan, counter.count_message, _measure(counter), prior=prior
-            )
+            result = compile_view(messages, plan, count, _measure(counter), prior=prior)
         except OverBudget:
             if prior is None:
                 raise
             # What the stored view holds (a marker, forms) cannot shrink enough: a fresh
             # compile of the whole history may still fit, and a refusal would lose the turn.
-            result = compile_view(messages, plan, counter.count_message, _measure(counter))
+            result = compile_view(messages, plan, count, _measure(counter))
     except OverBudget as exc:
         raise _refusal(exc, messages, counter, tools_tokens, budget, window, reserve) from exc
     original = counter.estimate(result.original_tokens + REPLY_PRIMING + tools_raw)
@@ -184,6 +185,19 @@ def _options(settings: CompactionSettings, name: str) -> StrategyOptions | None:
     """The strategy's typed options (names were checked when the settings were loaded)."""
     sub, kind = getattr(settings, name, None), OPTIONS.get(name)
     return kind(**sub.model_dump()) if isinstance(sub, BaseModel) and kind else None
+
+
+def _history_counter(messages: list[Message], counter: TokenCounter) -> Callable[[Message], int]:
+    """Raw counts of the history's messages, known ones from memory (TokenCounter.
+    message_counts), by identity while `messages` holds them; any other message (a compacted
+    form) is counted by content."""
+    known = dict(zip(map(id, messages), counter.message_counts(messages), strict=True))
+
+    def count(msg: Message) -> int:
+        found = known.get(id(msg))
+        return counter.count_message(msg) if found is None else found
+
+    return count
 
 
 def _measure(counter: TokenCounter):

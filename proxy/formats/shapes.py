@@ -85,21 +85,23 @@ def _anthropic_blocks(blocks: list[Any], where: str) -> None:
 
 
 def responses_request(raw: dict[str, Any]) -> None:
+    """The request's fields but its input items: responses_item checks each of those."""
     _model(raw)
     fields = {"instructions": OPT_STR, "tools": (list, type(None)), "text": (dict, type(None))}
     _fields(raw, fields | {"previous_response_id": OPT_STR, "input": TEXT_OR_LIST}, "")
-    items = raw.get("input")
-    for i, item in enumerate(items if isinstance(items, list) else []):
-        at = f"input.{i}"
-        kind = _object(item, at).get("type", "message")
-        _fields(item, {"type": STR}, at)
-        _fields(item, RESPONSES_ITEMS.get(kind, {}), at)
-        for key in ("content", "output"):
-            if isinstance(item.get(key), list):
-                _responses_parts(item[key], f"{at}.{key}")
     for i, tool in enumerate(raw.get("tools") or []):
         if _object(tool, f"tools.{i}").get("type") == "function":
             _fields(tool, RESPONSES_TOOL, f"tools.{i}")
+
+
+def responses_item(item: Any, i: int) -> None:
+    at = f"input.{i}"
+    kind = _object(item, at).get("type", "message")
+    _fields(item, {"type": STR}, at)
+    _fields(item, RESPONSES_ITEMS.get(kind, {}), at)
+    for key in ("content", "output"):
+        if isinstance(item.get(key), list):
+            _responses_parts(item[key], f"{at}.{key}")
 
 
 def _responses_parts(parts: list[Any], where: str) -> None:
