@@ -19,6 +19,7 @@ class Conn:
         self.port = port
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.headers: dict[bytes, bytes] = {}  # the last answer's, lower-cased
 
     async def _open(self) -> None:
         self.reader, self.writer = await asyncio.open_connection(
@@ -69,6 +70,7 @@ class Conn:
             parts.append(data)
             await self.close()
         end = time.perf_counter()
+        self.headers = headers
         if headers.get(b"connection") == b"close":
             await self.close()
         return status, (first or end) - t0, end - t0, b"".join(parts)

@@ -24,6 +24,7 @@ from bench import histories, loadgen, overhead_agents, spawn, tabulate
 from bench import overhead as o
 
 PROFILES = ("claude", "codex", "8k", "tiny")
+Spans = dict[str, list[float]]
 
 
 def workload(profile: str) -> tuple[Any, str]:
@@ -39,15 +40,29 @@ def cpu_seconds(pid: int) -> float:
     return t.user + t.system
 
 
-async def block(t: loadgen.Target, load: Any, n: int) -> tuple[float, list[float]]:
-    """(server CPU seconds per request, wall-clock seconds of each request)."""
+async def block(t: loadgen.Target, load: Any, n: int) -> tuple[float, list[float], Spans]:
+    """(server CPU seconds per request, wall-clock seconds of each request, its Server-Timing
+    spans in ms)."""
     base = load.base()
     await o.prime(t, base)
     template = t.request(load.turn(base))
     pid = t.server.proc.pid if t.server.proc else 0
-    before = cpu_seconds(pid)
-    got = await o.timed(t.server.port, lambda: o.variant(template), n, 3600)
-    return (cpu_seconds(pid) - before) / len(got), [total for _, total in got]
+    conn, times, spans = loadgen.Conn(t.server.port), [], {}
+    try:
+        before = cpu_seconds(pid)
+        for _ in range(n):
+            status, _, total, body = await conn.send(o.variant(template))
+            if status != 200:
+                raise loadgen.BenchError(f"HTTP {status}: {body[:300]!r}")
+            times.append(total)
+            for part in conn.headers.get(b"server-timing", b"").decode().split(","):
+                name, _, dur = part.strip().partition(";dur=")
+                if dur:
+                    spans.setdefault(name, []).append(float(dur))
+        per = (cpu_seconds(pid) - before) / n
+    finally:
+        await conn.close()
+    return per, times, spans
 
 
 def spy(pid: int, seconds: float, out: Path) -> subprocess.Popen:
@@ -81,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             load, path = workload(profile)
             cpu: dict[str, list[float]] = {}
             wall: dict[str, list[float]] = {}
+            timing: dict[str, Spans] = {}
             for r in range(args.rounds):
                 order = targets if r % 2 == 0 else targets[::-1]
                 for t in order:
@@ -88,18 +104,24 @@ def main(argv: list[str] | None = None) -> int:
                     watch = None
                     if args.spy == profile and t.name == "ctxproxy" and r == 0 and t.server.proc:
                         watch = spy(t.server.proc.pid, args.requests * 0.02, args.out)
-                    per, times = asyncio.run(block(t, load, args.requests))
+                    per, times, spans = asyncio.run(block(t, load, args.requests))
                     if watch is not None:
                         watch.wait()
                     cpu.setdefault(t.name, []).append(per)
                     wall.setdefault(t.name, []).extend(times)
+                    for k, v in spans.items():
+                        timing.setdefault(t.name, {}).setdefault(k, []).extend(v)
             for name in cpu:
                 per = sorted(cpu[name])
                 best, middle = per[0] * 1000, statistics.median(per) * 1000
                 p50 = statistics.median(wall[name]) * 1000
-                rows.append([profile, name, f"{best:.2f}", f"{middle:.2f}", f"{p50:.2f}"])
-        head = ["profile", "target", "server CPU ms/request, best block", "median block", "p50 ms"]
-        print(tabulate.table(head, rows))
+                spans = timing.get(name, {})
+                said = [f"{k} {statistics.median(v):.1f}" for k, v in spans.items()]
+                rows.append(
+                    [profile, name, f"{best:.2f}", f"{middle:.2f}", f"{p50:.2f}", " ".join(said)]
+                )
+        head = ["profile", "target", "server CPU ms/req, best block", "median block", "p50 ms"]
+        print(tabulate.table([*head, "Server-Timing p50s, ms"], rows))
     finally:
         for s in reversed(servers):
             s.stop()

@@ -1,0 +1,117 @@
+"""Items converted once (proxy/formats/seen.py): what a resend gets is what a first send got,
+never an object another request holds, and a bad item is refused every time."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from proxy.errors import BadRequest
+from proxy.formats import anthropic, responses
+from proxy.formats.seen import OVERHEAD, Seen
+
+
+def test_a_resent_item_is_converted_once_and_each_gets_its_own_message() -> None:
+    seen, made = Seen(), []
+
+    def make(item: Any) -> list[dict[str, Any]]:
+        made.append(item)
+        return [{"role": "user", "content": item["text"]}]
+
+    first = seen.convert({"text": "hello"}, make)
+    again = seen.convert({"text": "hello"}, make)
+    twice = seen.convert({"text": "hello"}, make)
+    assert len(made) == 1
+    assert first == again == twice
+    assert again[0] is not twice[0] and again[0] is not first[0]
+    first[0]["content"] = "changed by its request"
+    again[0]["extra"] = 1
+    assert seen.convert({"text": "hello"}, make) == [{"role": "user", "content": "hello"}]
+
+
+def test_equal_bytes_only_key_order_and_types_count() -> None:
+    seen, made = Seen(), []
+
+    def make(item: Any) -> list[dict[str, Any]]:
+        made.append(item)
+        return [{"n": repr(item)}]
+
+    for item in ({"a": 1, "b": 2}, {"b": 2, "a": 1}, {"a": 1.0, "b": 2}, {"a": True, "b": 2}):
+        assert seen.convert(item, make) == [{"n": repr(item)}]
+    assert len(made) == 4
+
+
+def test_a_refused_item_is_refused_again_and_odd_items_are_converted_uncached() -> None:
+    seen, calls = Seen(), []
+
+    def make(item: Any) -> list[dict[str, Any]]:
+        calls.append(item)
+        if item.get("bad"):
+            raise BadRequest("bad item")
+        return [{"ok": True}]
+
+    for _ in range(2):
+        with pytest.raises(BadRequest):
+            seen.convert({"bad": True}, make)
+    huge = {"n": 2**70}  # orjson cannot write it: converted every time, never cached
+    assert seen.convert(huge, make) == seen.convert(huge, make) == [{"ok": True}]
+    assert len(calls) == 4
+
+
+def test_bounded_by_bytes() -> None:
+    seen = Seen(max_bytes=40 * (100 + OVERHEAD))
+    for i in range(200):
+        seen.convert({"text": f"{i:0100d}"}, lambda item: [{"content": item["text"]}])
+    assert 0 < len(seen._held) <= 40
+
+
+def claude_turn(steps: int) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test."}]
+    for i in range(steps):
+        call = {"type": "tool_use", "id": f"t{i}", "name": "Bash", "input": {"cmd": f"ls {i}"}}
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": "Look."}, call]})
+        result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": f"out {i}"}
+        messages.append({"role": "user", "content": [result]})
+    return {"model": "m", "max_tokens": 100, "system": "Be brief.", "messages": messages}
+
+
+def test_anthropic_conversion_is_the_same_with_and_without_the_cache() -> None:
+    anthropic.SEEN.clear()
+    body = claude_turn(4)
+    cold = anthropic.to_neutral(copy.deepcopy(body)).body
+    warm = anthropic.to_neutral(copy.deepcopy(body)).body
+    assert cold == warm
+    warm["messages"][2]["tool_calls"].append({"changed": True})  # one request's change …
+    assert anthropic.to_neutral(copy.deepcopy(body)).body == cold  # … is not the next one's
+
+
+def test_anthropic_a_bad_message_is_refused_even_after_a_good_one_like_it() -> None:
+    body = claude_turn(1)
+    anthropic.to_neutral(body)
+    bad = copy.deepcopy(body)
+    bad["messages"][1]["content"][1]["input"] = "not an object"
+    with pytest.raises(BadRequest, match=r"messages\.1\.content\.1\.input"):
+        anthropic.to_neutral(bad)
+
+
+def codex_turn(calls: int) -> dict[str, Any]:
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "Fix it."}]
+    items.append({"type": "message", "role": "assistant", "content": "Looking."})
+    for i in range(calls):  # calls joining the assistant message before them
+        items.append({"type": "function_call", "call_id": f"c{i}", "name": "sh", "arguments": "{}"})
+    items += [
+        {"type": "function_call_output", "call_id": f"c{i}", "output": "ok"} for i in range(calls)
+    ]
+    return {"model": "m", "input": items}
+
+
+def test_responses_joined_calls_leave_the_cached_messages_alone() -> None:
+    responses.SEEN.clear()
+    body = codex_turn(3)
+    cold = responses.to_neutral(copy.deepcopy(body)).body["messages"]
+    assert len(cold[1]["tool_calls"]) == 3
+    for _ in range(3):  # were a cached list appended to, the calls would pile up
+        warm = responses.to_neutral(copy.deepcopy(body)).body["messages"]
+        assert warm == cold
