@@ -25,15 +25,11 @@ from proxy.exchange.compile import (
     asked_tokens,
     compilation_headers,
 )
+from proxy.exchange.guards import overflow_of, read_checked, unless_gone
 from proxy.exchange.identify import identify
 from proxy.exchange.prepare import prepare
 from proxy.exchange.relay import relay
-from proxy.exchange.steps import (
-    Exchange,
-    overflow_of,
-    read_checked,
-    unless_gone,
-)
+from proxy.exchange.steps import Exchange
 from proxy.http.deps import client_key_id
 from proxy.observe.timing import Timing
 from proxy.recall import tool as recall

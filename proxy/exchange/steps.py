@@ -6,12 +6,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
 import httpx
-from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from proxy.errors import (
@@ -26,9 +24,9 @@ from proxy.exchange.compile import (
     limited,
     message_budget,
 )
+from proxy.exchange.guards import answer_json
 from proxy.exchange.identify import SessionKey
 from proxy.formats.chat_stream import MAX_CHOICES
-from proxy.http.disconnect import ClientClosed, unless_disconnected
 from proxy.observe import metrics as observe
 from proxy.observe.timing import Timing
 from proxy.recall import rounds
@@ -38,9 +36,8 @@ from proxy.store import RequestRef
 from proxy.store.request import NewRequest
 from proxy.store.states import Decisions, Prior
 from proxy.store.store import hash_messages
-from proxy.upstream import answers
 from proxy.upstream import send as up
-from proxy.upstream.overflow import Overflow, parse_overflow
+from proxy.upstream.overflow import Overflow
 
 if TYPE_CHECKING:  # both import this module
     from proxy.app import Services
@@ -48,35 +45,6 @@ if TYPE_CHECKING:  # both import this module
 
 log = logging.getLogger("ctxproxy.exchange")
 T = TypeVar("T")
-
-
-async def unless_gone(request: Request, exchange: Exchange, work: Awaitable[T]) -> T:
-    """`work`, given up when the client disconnects: the upstream request is cancelled too."""
-    try:
-        return await unless_disconnected(request, work)
-    except ClientClosed as exc:
-        with anyio.CancelScope(shield=True):
-            await exchange.finish(status=exc.status, error=exc.body()["error"])
-        raise
-
-
-async def read_checked(
-    r: httpx.Response, exchange: Exchange, upstream: Upstream, stream: bool
-) -> None:
-    """Read the whole answer; one cut short, stalled or not a completion closes the record."""
-    try:
-        await up.read(r, upstream)
-        answers.check(r, upstream.name, stream)
-    except ProxyError as exc:
-        await exchange.finish(status=exc.status, error=exc.body()["error"])
-        raise
-
-
-async def overflow_of(r: httpx.Response, exchange: Exchange, upstream: Upstream) -> Overflow | None:
-    if r.status_code < 400:
-        return None
-    await read_checked(r, exchange, upstream, False)
-    return parse_overflow(r.status_code, r.content)
 
 
 class Exchange:
@@ -404,12 +372,3 @@ class Exchange:
             error=error if isinstance(error, dict) else None,
             choices=others or None,
         )
-
-
-def answer_json(r: httpx.Response) -> dict[str, Any]:
-    """A read answer's JSON object, or {} when it is not one."""
-    try:
-        data = r.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -14,7 +14,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from proxy.errors import ProxyError, UpstreamInvalid
-from proxy.exchange import steps
+from proxy.exchange import guards, steps
 from proxy.exchange.compile import Compiled
 from proxy.exchange.privacy import without_identity
 from proxy.exchange.relay import relay
@@ -169,16 +169,16 @@ class Wire:
     ) -> Response:
         """The answer read whole (recall rounds answered) and rendered in the client's API."""
         if not self.native:
-            await steps.unless_gone(
-                request, exchange, steps.read_checked(r, exchange, upstream, stream)
+            await guards.unless_gone(
+                request, exchange, guards.read_checked(r, exchange, upstream, stream)
             )
-            content = await steps.unless_gone(request, exchange, exchange.settle(r))
+            content = await guards.unless_gone(request, exchange, exchange.settle(r))
             if r.status_code >= 400:
                 return self._error(r, headers)
             completion = json.loads(content)  # recall rounds answered, their calls taken out
             answer = self.codec.from_completion(completion, exchange.model, self.conversion)
             return JSONResponse(answer, r.status_code, headers)
-        await steps.unless_gone(request, exchange, self._read_native(r, exchange, upstream))
+        await guards.unless_gone(request, exchange, self._read_native(r, exchange, upstream))
         if r.status_code >= 400:
             await exchange.finish(status=r.status_code, error=self._error_of(r))
             return self._error(r, headers)
