@@ -661,6 +661,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run --before with whatever loop and parser uvicorn picks (trees that had them)",
     )
+    ap.add_argument(
+        "--before-postgres",
+        metavar="ADMIN_URL",
+        help="run --before on PostgreSQL, in a fresh database made beside this one",
+    )
     ap.add_argument("--out", type=Path, default=tabulate.RESULTS, help="results folder")
     ap.add_argument("--name", help="results file name (default overhead or overhead-quick)")
     args = ap.parse_args(argv)
@@ -699,7 +704,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.postgres:
             targets.append(start_on_postgres(args.postgres, wd, upstream, servers, cleanup))
         if args.before:
-            old = start_before(args.before, wd, upstream, args.before_as_is)
+            url = ""
+            if args.before_postgres:
+                from bench.overhead_agents import create_database
+
+                url, drop = create_database(args.before_postgres)
+                cleanup.append(drop)
+            old = start_before(args.before, wd, upstream, args.before_as_is, url)
             servers.append(old)
             if old.error:
                 raise RuntimeError(old.error)

@@ -4,6 +4,9 @@ The upstream is an httpx MockTransport answering at once; work the route sends t
 pool runs inline here, so that one profile shows all of it. Run from the repository root:
 python -m bench.profile_turn [--turns 300] [--messages 20 --tokens 8000] [--kind new]
 python -m bench.profile_turn --agent claude   # a Claude-Code-shaped session on /v1/messages
+python -m bench.profile_turn --postgres postgresql+psycopg://postgres@127.0.0.1:5432/test
+    # the store on a fresh PostgreSQL database beside that one (dropped after)
+Each run also prints the SQL statements per request, by kind.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +27,54 @@ import httpx
 
 from bench import histories, spawn, stub
 
+POSTGRES: str | None = None  # an admin URL: run on a fresh database beside it (--postgres)
 
-def settings_for(db: Path) -> Any:
+
+@contextmanager
+def database(tmp: str) -> Iterator[str]:
+    """A database URL for one run: SQLite in `tmp`, or a fresh PostgreSQL database."""
+    if POSTGRES is None:
+        yield f"sqlite:///{Path(tmp) / 'p.db'}"
+        return
+    from bench.overhead_agents import create_database
+
+    url, drop = create_database(POSTGRES)
+    try:
+        yield url
+    finally:
+        drop()
+
+
+class Statements:
+    """SQL statements the store sends, counted by their first words, from `start()` on."""
+
+    def __init__(self, app: Any) -> None:
+        from sqlalchemy import event
+
+        self.counts: Counter[str] = Counter()
+        self.on = False
+        engine = app.state.services.store.engine
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _count(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+            if self.on:
+                self.counts[" ".join(statement.split()[:3])[:40]] += 1
+
+    def start(self) -> None:
+        self.on = True
+
+    def report(self, turns: int) -> None:
+        total = sum(self.counts.values())
+        print(f"SQL statements per request: {total / turns:.2f}")
+        for kind, n in self.counts.most_common():
+            print(f"  {n / turns:6.2f}  {kind}")
+
+
+def settings_for(url: str) -> Any:
     from proxy.settings import Settings
 
     return Settings(
-        database_url=f"sqlite:///{db}",
+        database_url=url,
         upstreams=[
             {
                 "name": "bench",
@@ -65,11 +113,12 @@ async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool
     from proxy.app import create_app, settle_heap
 
     history = histories.history_for_tokens(messages, tokens)
-    with tempfile.TemporaryDirectory() as tmp:
-        app = create_app(settings_for(Path(tmp) / "p.db"), transport=mock_upstream())
+    with tempfile.TemporaryDirectory() as tmp, database(tmp) as url:
+        app = create_app(settings_for(url), transport=mock_upstream())
         settle_heap()  # as `ctxproxy serve` does
         inline_threadpool()
         async with app.router.lifespan_context(app):
+            statements = Statements(app)
             transport = httpx.ASGITransport(app=app)
             local = "http://127.0.0.1"
             async with httpx.AsyncClient(transport=transport, base_url=local) as client:
@@ -96,14 +145,18 @@ async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool
 
                     prof = Profiler(interval=0.0005, async_mode="disabled")
                     prof.start()
-                t0 = time.perf_counter()
+                statements.start()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 for b in bodies[20:]:
                     r = await client.post("/v1/chat/completions", content=b, headers=headers)
                     assert r.status_code == 200, r.text
                 elapsed = time.perf_counter() - t0
+                cpu = time.process_time() - cpu0
                 if prof is not None:
                     prof.stop()
                     print(prof.output_text(unicode=False, color=False, show_all=False))
+                statements.report(turns)
+                print(f"CPU {cpu / turns * 1000:.2f} ms per request")
                 return elapsed / turns * 1000
 
 
@@ -125,11 +178,12 @@ async def drive_agent(agent: str, turns: int, start: int, profile: bool) -> floa
 
     path, bodies = agent_bodies(agent, turns, start)
     headers = {"content-type": "application/json"}
-    with tempfile.TemporaryDirectory() as tmp:
-        app = create_app(settings_for(Path(tmp) / "p.db"), transport=mock_upstream())
+    with tempfile.TemporaryDirectory() as tmp, database(tmp) as url:
+        app = create_app(settings_for(url), transport=mock_upstream())
         settle_heap()  # as `ctxproxy serve` does
         inline_threadpool()
         async with app.router.lifespan_context(app):
+            statements = Statements(app)
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as cl:
                 for b in bodies[:21]:
@@ -141,6 +195,7 @@ async def drive_agent(agent: str, turns: int, start: int, profile: bool) -> floa
 
                     prof = Profiler(interval=0.0005, async_mode="disabled")
                     prof.start()
+                statements.start()
                 t0, cpu0 = time.perf_counter(), time.process_time()
                 for b in bodies[21:]:
                     r = await cl.post(path, content=b, headers=headers)
@@ -150,6 +205,7 @@ async def drive_agent(agent: str, turns: int, start: int, profile: bool) -> floa
                 if prof is not None:
                     prof.stop()
                     print(prof.output_text(unicode=False, color=False, show_all=False))
+                statements.report(turns)
                 # CPU time too: on a shared machine the wall clock also counts other processes.
                 print(f"CPU {cpu / turns * 1000:.2f} ms per request")
                 return elapsed / turns * 1000
@@ -168,7 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         help="an agent-shaped continuing session (bench/agents.py) instead of the chat history",
     )
     ap.add_argument("--start", type=int, default=20, help="the agent session's tool steps first")
+    ap.add_argument(
+        "--postgres",
+        metavar="ADMIN_URL",
+        help="run on a fresh PostgreSQL database beside this one, dropped after",
+    )
     args = ap.parse_args(argv)
+    global POSTGRES
+    POSTGRES = args.postgres
     if args.agent:
         run = drive_agent(args.agent, args.turns, args.start, not args.no_profile)
         ms = asyncio.run(run)

@@ -172,14 +172,15 @@ class Writer:
                 time.sleep(0.01 * 2**attempt)
         raise AssertionError("unreachable")
 
-    def run_core(self, work: Callable[[Connection], T]) -> T:
+    def run_core(self, work: Callable[[Connection], T], idempotent: bool = False) -> T:
         """One write transaction of Core statements: what the hot path uses, without the ORM's
         unit of work (a third of a request's time when it ran through a Session). On
-        PostgreSQL its statements are pipelined: only those whose rows are read wait."""
+        PostgreSQL its statements are pipelined: only those whose rows are read wait.
+        `idempotent`: see pipelined.transaction."""
         for attempt in range(RETRIES):
             try:
                 with self._lock:
-                    return pipelined.transaction(self.engine, work)
+                    return pipelined.transaction(self.engine, work, idempotent)
             except (IntegrityError, OperationalError) as exc:
                 if attempt == RETRIES - 1 or not _retryable(exc):
                     raise
@@ -234,7 +235,9 @@ def insert_ignore(s: Executor, model: type[Any], rows: Sequence[dict[str, Any]])
     name = dialect_of(s)
     if name in ("sqlite", "postgresql"):
         upsert = _upsert_module(name)
-        build = lambda: upsert.insert(table).on_conflict_do_nothing()  # noqa: E731
+        # inline(): no RETURNING of a new row's id, which nothing reads (and on PostgreSQL
+        # a statement returning rows waits for its answer, see pipelined.sync_on_rows).
+        build = lambda: upsert.insert(table).on_conflict_do_nothing().inline()  # noqa: E731
         stmt = statement("ignore", table, name, build)
         s.execute(stmt, list(rows))
         return

@@ -17,9 +17,18 @@ from typing import Any, cast
 
 import orjson
 from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from proxy.store.engine import Executor, insert_ignore, insert_ignore_returning, listed, one_of
+from proxy.store.engine import (
+    Executor,
+    dialect_of,
+    insert_ignore,
+    insert_ignore_returning,
+    listed,
+    one_of,
+    statement,
+)
 from proxy.store.models import EntryRow, MessageRow
 from strategies.messages import message_hash, orjson_exact
 
@@ -166,6 +175,60 @@ def extend(
         added += new
     assert parent is not None, "a history has at least one message"
     return parent, added
+
+
+def extend_by_one(
+    s: Executor,
+    session_id: str,
+    messages: Sequence[dict[str, Any]],
+    hashes: Sequence[str],
+    chain: Sequence[str],
+    now: datetime,
+) -> int | None:
+    """A history one message longer than a stored one (a continuing turn: the answer was
+    stored when its exchange closed, the client adds its message): that message's entry
+    inserted under its stored parent in one statement, without looking the history up first.
+    Returns the new entry's id, or None when the parent is not stored or the entry already
+    is (nothing was inserted): then extend() it."""
+    dialect = dialect_of(s)
+    if len(hashes) < 2 or dialect not in ("sqlite", "postgresql"):
+        return None
+    store_messages(s, {hashes[-1]: messages[-1]}, now)
+    params = {
+        "sid": session_id,
+        "parent": chain[-2],
+        "position": len(hashes) - 1,
+        "message_hash": hashes[-1],
+        "prefix_hash": chain[-1],
+        "partial": False,
+        "created_at": now,
+    }
+    found: int | None = s.execute(_append_under(dialect), params).scalar_one_or_none()
+    return found
+
+
+def _append_under(dialect: str) -> Any:
+    """INSERT an entry under the one whose prefix hash is `parent`, if that one is stored and
+    this one is not; RETURNING its id."""
+    t = cast(Table, EntryRow.__table__)
+
+    def build() -> Any:
+        parent = t.alias("parent")
+        row = select(
+            parent.c.session_id,
+            parent.c.id,
+            *(bindparam(c, type_=t.c[c].type) for c in ROW_COLUMNS),
+        ).where(
+            parent.c.session_id == bindparam("sid"), parent.c.prefix_hash == bindparam("parent")
+        )
+        columns = [t.c.session_id, t.c.parent_id, *(t.c[c] for c in ROW_COLUMNS)]
+        ins = (sqlite if dialect == "sqlite" else postgresql).insert(t).from_select(columns, row)
+        return ins.on_conflict_do_nothing().returning(t.c.id)
+
+    return statement("append-under", t, dialect, build)
+
+
+ROW_COLUMNS = ("position", "message_hash", "prefix_hash", "partial", "created_at")
 
 
 def _extend_in_bulk(

@@ -16,10 +16,13 @@ T = TypeVar("T")
 PIPELINE = "ctxproxy_pipeline"  # key in a pooled connection's info: its open pipeline
 
 
-def transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
+def transaction(engine: Engine, work: Callable[[Connection], T], idempotent: bool = False) -> T:
     """Run `work` in one transaction and commit it. A connection that turns out dead is
     replaced once, but only when the failure came before COMMIT was sent: the server then
-    rolled the transaction back, so running it again cannot write anything twice."""
+    rolled the transaction back, so running it again cannot write anything twice. Work that
+    is `idempotent` (run twice, it leaves what running it once does) is run again even when
+    the COMMIT was sent, as a pipeline whose first wait is for it finds the connection dead
+    only then."""
     for attempt in (0, 1):
         sent: list[bool] = []  # holds True once COMMIT is on its way
         try:
@@ -32,7 +35,7 @@ def transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
                     trans.commit()
                     return result
         except DBAPIError as exc:
-            if sent or attempt or not exc.connection_invalidated:
+            if (sent and not idempotent) or attempt or not exc.connection_invalidated:
                 raise
             log.info("store: a pooled connection was dead; retrying on a new one")
     raise AssertionError("unreachable")
@@ -55,9 +58,11 @@ def _pipelined(conn: Connection, work: Callable[[Connection], T], sent: list[boo
     try:
         with raw.pipeline() as pipeline:
             fairy.info[PIPELINE] = pipeline
-            conn.exec_driver_sql("BEGIN")
+            # BEGIN and COMMIT straight to the driver: SQLAlchemy has nothing to add to them
+            # (it sees an autocommit connection) but its cost per statement.
+            raw.execute("BEGIN")
             result = work(conn)
-            conn.exec_driver_sql("COMMIT")
+            raw.execute("COMMIT")
             sent.append(True)
     except DBAPIError as exc:
         # A lost connection shows as broken only once the pipeline has ended.

@@ -101,12 +101,14 @@ class Store:
 
         def work(conn: Connection) -> RequestRef:
             now = utcnow()
-            seq = writes.next_seq(conn, session_id, source, model, now, key_id)
-            leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+            seq = writes.count_exchange(conn, session_id, source, model, now, key_id)
+            leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
+            added = 1
+            if leaf is None:
+                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
             added += before
             row = {
                 "session_id": session_id,
-                "seq": seq,
                 "created_at": now,
                 "model": model,
                 "upstream": upstream,
@@ -125,7 +127,13 @@ class Store:
                 "key_id": key_id,
                 "owner": self.instance,
             }
-            exchange_id = conn.execute(writes.insert_exchange(), row).scalar_one()
+            if seq is None:
+                row["counted"] = session_id
+                exchange_id, seq = conn.execute(writes.insert_counted_exchange(), row).one()
+            else:
+                exchange_id = conn.execute(
+                    writes.insert_exchange(), {**row, "seq": seq}
+                ).scalar_one()
             writes.keep_rewritten(conn, exchange_id, rewritten, now)
             if decided is not None:
                 writes.keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
@@ -232,10 +240,19 @@ class Store:
         got (all recall rounds added up); the token columns hold `sent_usage`, the first
         request's, when recall rounds ran: what the compiled view cost."""
         answer = message_hash(response) if response is not None else None
+        # On PostgreSQL the first try waits for nothing until COMMIT (see writes.link_answer);
+        # a retry, after the session was deleted meanwhile say, goes the way that looks first.
+        tried: list[bool] = []
 
         def work(conn: Connection) -> None:
             now = utcnow()
-            found = writes.answer_entry(conn, ref, response, answer, partial, now)
+            quick = self._pg and not tried
+            tried.append(True)
+            found: writes.Linked | int | None | bool
+            if quick:
+                found = writes.link_answer(conn, ref, response, answer, partial, now)
+            else:
+                found = writes.answer_entry(conn, ref, response, answer, partial, now)
             if found is False:
                 log.info(
                     "store: session %s was deleted before exchange %d finished",
@@ -261,10 +278,17 @@ class Store:
                 "progress": None,
                 **writes.usage_columns(sent_usage or usage),
             }
-            conn.execute(writes.finish_exchange(), values)
+            if isinstance(found, writes.Linked):
+                values.pop("response_entry_id")
+                values.update(found.params)
+                conn.execute(writes.finish_linked_exchange(), values)
+            else:
+                conn.execute(writes.finish_exchange(), values)
             conn.execute(writes.touch_session(), {"sid": ref.session_id, "updated_at": now})
 
-        self._writer.run_core(work)
+        # Run twice, this leaves what running it once does: the answer's message and entry
+        # are inserted unless stored, the exchange's columns set to the same values again.
+        self._writer.run_core(work, idempotent=True)
 
     def save_progress(self, ref: RequestRef, answer: dict[str, Any]) -> None:
         """The answer streamed so far, kept on the open exchange in case this process dies."""

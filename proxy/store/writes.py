@@ -4,6 +4,7 @@ transactions."""
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -68,6 +69,20 @@ def next_seq(
     return s.execute(select(SessionRow.last_seq).where(SessionRow.id == session_id)).scalar_one()
 
 
+def count_exchange(
+    s: Connection, session_id: str, source: str, model: str, now: Any, key_id: str | None
+) -> int | None:
+    """Insert the session or take its next exchange number, as next_seq does; where the
+    exchange's own insert can read that number (SQLite, PostgreSQL), nothing waits for this
+    statement and None is returned: insert the exchange with insert_counted_exchange()."""
+    name = dialect_of(s)
+    if name not in ("sqlite", "postgresql"):
+        return next_seq(s, session_id, source, model, now, key_id)
+    row = session_row(session_id, source, model, now, key_id, last_seq=1)
+    s.execute(upsert_session(name, returning=False), row)
+    return None
+
+
 def usage_columns(usage: dict[str, Any] | None) -> dict[str, int | None]:
     usage = usage if isinstance(usage, dict) else {}
     details = usage.get("prompt_tokens_details")
@@ -113,6 +128,18 @@ def insert_exchange() -> Any:
     return statement("insert", t, "any", lambda: insert(t).returning(t.c.id))
 
 
+def insert_counted_exchange() -> Any:
+    """The exchange's insert taking its seq from the session count_exchange() just counted
+    (the session stays row-locked until commit): parameter `counted`, the session's id."""
+    t, sessions = table(ExchangeRow), table(SessionRow)
+
+    def build() -> Any:
+        seq = select(sessions.c.last_seq).where(sessions.c.id == bindparam("counted"))
+        return insert(t).values(seq=seq.scalar_subquery()).returning(t.c.id, t.c.seq)
+
+    return statement("insert-counted", t, "any", build)
+
+
 def exchange_exists() -> Any:
     t = table(ExchangeRow)
     return statement("exists", t, "any", lambda: select(t.c.id).where(t.c.id == bindparam("xid")))
@@ -129,21 +156,23 @@ def touch_session() -> Any:
     return statement("touch", t, "any", lambda: update(t).where(t.c.id == bindparam("sid")))
 
 
-def upsert_session(dialect: str) -> Any:
+def upsert_session(dialect: str, *, returning: bool = True) -> Any:
     t = table(SessionRow)
 
     def build() -> Any:
         ins = (sqlite if dialect == "sqlite" else postgresql).insert(t)
-        return ins.on_conflict_do_update(
+        upsert = ins.on_conflict_do_update(
             index_elements=[t.c.id],
             set_={
                 "last_seq": t.c.last_seq + 1,
                 "updated_at": ins.excluded.updated_at,
                 "model": ins.excluded.model,
             },
-        ).returning(t.c.last_seq)
+        )
+        return upsert.returning(t.c.last_seq) if returning else upsert
 
-    return statement("upsert", t, dialect, build)
+    kind = "upsert" if returning else "upsert-quiet"
+    return statement(kind, t, dialect, build)
 
 
 def keep_state(
@@ -188,6 +217,62 @@ def keep_rewritten(
     history.store_messages(s, rewritten, now)
     rows = [{"exchange_id": exchange_id, "message_hash": h} for h in sorted(rewritten)]
     insert_ignore(s, CompiledRef, rows)
+
+
+@dataclass(frozen=True)
+class Linked:
+    """An answer's entry inserted without waiting for its id: finish_linked_exchange() finds
+    it by these parameters (the session and the entry's prefix hash)."""
+
+    params: dict[str, str]
+
+
+def link_answer(
+    conn: Connection,
+    ref: RequestRef,
+    response: dict[str, Any] | None,
+    answer: str | None,
+    partial: bool,
+    now: datetime,
+) -> Linked | int | None | bool:
+    """As answer_entry(), in statements none of which waits for an answer (pipelined on
+    PostgreSQL, they leave with COMMIT): the answer's entry is inserted under the request's,
+    unless already stored, and the exchange is not looked up. An exchange deleted meanwhile
+    took that entry with it, so the insert fails (foreign key) and the transaction is run
+    again, with answer_entry(). Without an answer, or with a request's entry not known in
+    full, answer_entry() it is."""
+    if response is None or answer is None:
+        return answer_entry(conn, ref, response, answer, partial, now)
+    if ref.leaf_position is None or ref.leaf_prefix is None:
+        return answer_entry(conn, ref, response, answer, partial, now)
+    linked = history.link(ref.leaf_prefix, answer)
+    history.store_messages(conn, {answer: response}, now)
+    row = {
+        "session_id": ref.session_id,
+        "parent_id": ref.leaf_entry_id,
+        "position": ref.leaf_position + 1,
+        "message_hash": answer,
+        "prefix_hash": linked,
+        "partial": partial,
+        "created_at": now,
+    }
+    insert_ignore(conn, EntryRow, [row])
+    return Linked({"answer_session": ref.session_id, "answer_prefix": linked})
+
+
+def finish_linked_exchange() -> Any:
+    """finish_exchange() with response_entry_id the entry link_answer() inserted."""
+    t, e = table(ExchangeRow), table(EntryRow)
+
+    def build() -> Any:
+        entry = select(e.c.id).where(
+            e.c.session_id == bindparam("answer_session"),
+            e.c.prefix_hash == bindparam("answer_prefix"),
+        )
+        update_ = update(t).where(t.c.id == bindparam("xid"))
+        return update_.values(response_entry_id=entry.scalar_subquery())
+
+    return statement("finish-linked", t, "any", build)
 
 
 def answer_entry(

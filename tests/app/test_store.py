@@ -248,6 +248,24 @@ def test_an_edited_history_branches_and_both_branches_stay_readable(store: Store
     assert store.get_history("s2", ref1.leaf_entry_id) is None  # another session's entry
 
 
+def test_a_continuing_turn_adds_its_new_messages_once(store: Store) -> None:
+    history = [SYSTEM, user("one")]
+    first = record(store, history)
+    finish(store, first, assistant("two"))
+    history = [*history, assistant("two"), user("three")]
+    turn = record(store, history)  # the answer is stored: one message is new
+    again = record(store, history)  # the same request once more: nothing is
+    assert (turn.new_messages, again.new_messages) == (1, 0)
+    assert again.leaf_entry_id == turn.leaf_entry_id
+    finish(store, again, assistant("four"))
+    longer = [*history, assistant("four"), user("five"), assistant("six"), user("seven")]
+    late = record(store, longer)  # three new messages, the last one's parent not stored
+    assert late.new_messages == 3
+    hist = store.get_history("s1", late.leaf_entry_id)
+    assert hist is not None and [m.message for m in hist.messages] == longer
+    assert [x.seq for x in store.list_exchanges("s1") or []] == [1, 2, 3, 4]
+
+
 def test_32_concurrent_requests_on_one_session_lose_nothing(store: Store) -> None:
     shared = [SYSTEM, user("start"), assistant("ok")]
     barrier, errors, refs = threading.Barrier(32), [], []
