@@ -88,8 +88,8 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
     from proxy.formats.chat import parse_chat, parse_json
     from proxy.settings import CompactionSettings
     from proxy.store import Store
+    from proxy.store.digest import hash_messages
     from proxy.store.states import Decisions
-    from proxy.store.store import hash_messages
 
     db = wd / "inproc.db"
     store = Store(f"sqlite:///{db}")

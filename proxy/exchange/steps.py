@@ -33,9 +33,9 @@ from proxy.recall import rounds
 from proxy.recall.rounds import Rounds, folded
 from proxy.settings import Upstream
 from proxy.store import RequestRef
+from proxy.store.digest import hash_messages
 from proxy.store.request import NewRequest
 from proxy.store.states import Decisions, Prior
-from proxy.store.store import hash_messages
 from proxy.upstream import send as up
 from proxy.upstream.overflow import Overflow
 

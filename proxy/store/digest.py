@@ -1,5 +1,6 @@
 """Message hashes as strategies.messages.message_hash makes them, without walking each message in
-Python first: orjson writes the bytes, and only a message that may hold a float is checked."""
+Python first: orjson writes the bytes, and only a message that may hold a float is checked. A
+history's hashes and prefix chain: of a prefix sent before, from memory (strategies/prefix.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
+from functools import partial
+from operator import itemgetter
 from typing import Any
 
 import orjson
 
+from proxy.store import history
 from strategies.messages import message_hash
+from strategies.prefix import PrefixMemo
 
 # Where orjson's output may hold a number with a fraction or an exponent: a float, which
 # orjson may write otherwise than the standard encoder. Inside a string such bytes are only
@@ -46,3 +51,27 @@ def fast_message_hash(msg: Any) -> str:
         while len(_seen) > SEEN:
             _seen.popitem(last=False)
     return exact
+
+
+# (message hash, prefix hash) of the histories recent requests sent: a turn hashes only its tail.
+_HASHED: PrefixMemo[tuple[str, str]] = PrefixMemo()
+
+
+def hash_messages(messages: list[dict[str, Any]]) -> history.Hashes:
+    """The messages' hashes, with their prefix chain (history.prefix_chain) computed too."""
+    pairs = _HASHED.values(messages, partial(_hash_tail, messages))
+    hashes = history.Hashes(map(itemgetter(0), pairs))
+    hashes.chain = list(map(itemgetter(1), pairs))
+    return hashes
+
+
+def _hash_tail(
+    messages: list[dict[str, Any]], known: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    prefix = known[-1][1] if known else ""
+    out = []
+    for m in messages[len(known) :]:
+        h = fast_message_hash(m)
+        prefix = history.link(prefix, h)
+        out.append((h, prefix))
+    return out

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from functools import partial
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import history, liveness, pipelined, reads, states, writes
-from proxy.store.digest import fast_message_hash
-from proxy.store.engine import Writer, insert_ignore, make_engine
+from proxy.store import ahead, history, liveness, pipelined, reads, states, writes
+from proxy.store.digest import hash_messages
+from proxy.store.engine import Writer, make_engine
 from proxy.store.models import (
     CompiledRef,
     EntryRow,
@@ -36,12 +34,9 @@ from proxy.store.views import (
     StoredMessage,
 )
 from strategies.messages import message_hash
-from strategies.prefix import PrefixMemo
 
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")
-AHEAD = 100  # messages stored at a time ahead of a long history's request …
-AHEAD_FROM = 1_000  # … when this many or more are new
 
 
 class Store:
@@ -97,7 +92,8 @@ class Store:
         params = {k: v for k, v in request.items() if k != "messages"}
 
         chain = history.prefix_chain(raw)
-        before = self._store_ahead(session_id, source, key_id, model, messages, raw, chain)
+        head = (session_id, source, key_id, model)
+        before = ahead.store_ahead(self._writer, head, messages, raw, chain)
 
         def work(conn: Connection) -> RequestRef:
             now = utcnow()
@@ -140,47 +136,6 @@ class Store:
             return RequestRef(session_id, seq, exchange_id, leaf, added, len(raw) - 1, chain[-1])
 
         return self._writer.run_core(work)
-
-    def _store_ahead(
-        self,
-        session_id: str,
-        source: str,
-        key_id: str | None,
-        model: str,
-        messages: list[dict[str, Any]],
-        raw: list[str],
-        chain: list[str],
-    ) -> int:
-        """A new tail longer than AHEAD_FROM is stored ahead of the request's own transaction,
-        AHEAD messages at a time, committing whenever another write waits for the lock: no other
-        request waits long behind it, and a prefix is a valid history whatever happens next.
-        Returns how many entries were added."""
-        added, last = 0, len(messages) - AHEAD // 2
-        if len(messages) <= AHEAD_FROM:
-            return 0
-        with self.engine.connect() as conn:  # a long history that only grew: nothing to do
-            done = history.longest_stored_prefix(conn, session_id, chain)[0] + 1
-        if len(messages) - done <= AHEAD_FROM:
-            return 0
-        while done + AHEAD < last:
-
-            def work(conn: Connection, done: int = done) -> tuple[int, int]:
-                now = utcnow()
-                session = writes.session_row(session_id, source, model, now, key_id)
-                insert_ignore(conn, SessionRow, [session])
-                new = 0
-                while done + AHEAD < last:
-                    done += AHEAD
-                    new += history.extend(
-                        conn, session_id, messages[:done], raw[:done], now, chain[:done]
-                    )[1]
-                    if self._writer.contended():
-                        break
-                return new, done
-
-            new, done = self._writer.run_core(work)
-            added += new
-        return added
 
     def replace_compiled(
         self,
@@ -444,27 +399,3 @@ class Store:
 
     def stats(self) -> Stats:
         return self._read(reads.stats)
-
-
-# (message hash, prefix hash) of the histories recent requests sent: a turn hashes only its tail.
-_HASHED: PrefixMemo[tuple[str, str]] = PrefixMemo()
-
-
-def hash_messages(messages: list[dict[str, Any]]) -> history.Hashes:
-    """The messages' hashes, with their prefix chain (history.prefix_chain) computed too."""
-    pairs = _HASHED.values(messages, partial(_hash_tail, messages))
-    hashes = history.Hashes(map(itemgetter(0), pairs))
-    hashes.chain = list(map(itemgetter(1), pairs))
-    return hashes
-
-
-def _hash_tail(
-    messages: list[dict[str, Any]], known: list[tuple[str, str]]
-) -> list[tuple[str, str]]:
-    prefix = known[-1][1] if known else ""
-    out = []
-    for m in messages[len(known) :]:
-        h = fast_message_hash(m)
-        prefix = history.link(prefix, h)
-        out.append((h, prefix))
-    return out
