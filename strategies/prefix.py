@@ -36,10 +36,17 @@ class _Known(Generic[V]):
 
 
 class PrefixMemo(Generic[V]):
-    """Bounded by bytes (the known lists' JSON, and an estimate per value), newest kept."""
+    """Bounded by bytes (the known lists' JSON, and an estimate per value), oldest out first.
+    A session that only grows keeps one list here; one whose last message changes every turn
+    (a retry, a benchmark's counter) keeps one per turn until the bound."""
 
-    def __init__(self, max_bytes: int = 16 << 20, value_bytes: int = 100) -> None:
+    def __init__(
+        self, max_bytes: int = 8 << 20, value_bytes: int = 100, holds_text: bool = False
+    ) -> None:
+        """`value_bytes`: what one value holds; `holds_text`: the values hold the messages' text
+        too (about the list's JSON again), which then counts twice."""
         self.max_bytes, self.value_bytes = max_bytes, value_bytes
+        self.text_weight = 2 if holds_text else 1
         self._known: OrderedDict[int, _Known[V]] = OrderedDict()
         self._index: dict[Key, int] = {}  # a key -> the newest known list it ends a prefix of
         self._size = 0
@@ -80,7 +87,7 @@ class PrefixMemo(Generic[V]):
         return [], None
 
     def _keep(self, data: bytes, values: list[V], ends: dict[Key, int], old: int | None) -> None:
-        size = len(data) + self.value_bytes * len(values)
+        size = self.text_weight * len(data) + self.value_bytes * len(values)
         if size > self.max_bytes // 4 or not ends:
             return
         with self._lock:

@@ -50,7 +50,7 @@ class TokenCounter:
         self._cache: OrderedDict[str, int] = OrderedDict()
         # Tool lists by their JSON: an agent sends the same ~24 definitions every turn.
         self._tools: OrderedDict[bytes, int] = OrderedDict()
-        self._histories: PrefixMemo[int] = PrefixMemo(value_bytes=40)
+        self._histories: PrefixMemo[int] = PrefixMemo(6 << 20, value_bytes=40)
 
     # -- raw counts (tiktoken tokens, uncorrected) --------------------------------------------
 
