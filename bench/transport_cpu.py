@@ -1,7 +1,12 @@
-"""CPU time per request of each upstream HTTP client (proxy/upstream/pools.py's `client_for`), alone
-under an httpx client, against the raw upstream in another process: what the proxy pays per request.
+"""CPU time per request of each upstream HTTP client (proxy/upstream/pools.py's `client_for`), sent
+and read by proxy/upstream/send.py as the proxy does, against the raw upstream in another process:
+what the proxy pays per request.
 
-    python -m bench.transport_cpu --clients httpx aiohttp aiohttp-keepalive --rounds 5
+`<name>` goes through httpx's client over that transport; `aiohttp-direct` is the proxy's own path
+(send.py calls aiohttp's pool without httpx's client in between); `aiohttp-alone` is aiohttp's
+client by itself, no checks, for the floor.
+
+    python -m bench.transport_cpu --clients aiohttp aiohttp-direct aiohttp-alone httpx --rounds 5
 """
 
 from __future__ import annotations
@@ -13,9 +18,12 @@ import subprocess
 import sys
 import time
 
+import aiohttp
 import httpx
 
-from proxy.upstream.pools import client_for
+from proxy.settings import Upstream
+from proxy.upstream import send as up
+from proxy.upstream.pools import UpstreamClient, UpstreamPools, client_for
 
 SERVE = (
     "import time; from proxy.testing.rawupstream import RawUpstream\n"
@@ -26,14 +34,39 @@ BODY = {"model": "raw-echo", "messages": [{"role": "user", "content": "x" * 35_0
 
 async def one_round(name: str, url: str, requests: int, concurrency: int) -> float:
     """CPU µs per request for `requests` requests, `concurrency` at a time, after a warm-up."""
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    transport = client_for(name)(limits)
-    async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+    if name == "aiohttp-alone":
+        return await alone(url, requests, concurrency)
+    upstream = Upstream(name="raw", base_url=url, max_connections=64)
+    if name == "aiohttp-direct":
+        client: httpx.AsyncClient = UpstreamClient(UpstreamPools([upstream]))
+    else:
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        client = httpx.AsyncClient(transport=client_for(name)(limits))
+    async with client:
 
         async def worker(n: int) -> None:
             for _ in range(n):
-                r = await client.post(url + "/chat/completions", json=BODY)
-                r.raise_for_status()
+                r = await up.ask(client, upstream, "/chat/completions", BODY, window=None)
+                await up.read(r, upstream)
+                assert r.status_code == 200
+
+        await asyncio.gather(*(worker(2) for _ in range(concurrency)))
+        start = time.process_time()
+        await asyncio.gather(*(worker(requests // concurrency) for _ in range(concurrency)))
+        return (time.process_time() - start) / (requests // concurrency * concurrency) * 1e6
+
+
+async def alone(url: str, requests: int, concurrency: int) -> float:
+    connector = aiohttp.TCPConnector(limit=64)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker(n: int) -> None:
+            for _ in range(n):
+                body = up.encode_json(BODY)
+                headers = {"content-type": "application/json"}
+                async with session.post(url + "/chat/completions", data=body, headers=headers) as r:
+                    await r.read()
+                    assert r.status == 200
 
         await asyncio.gather(*(worker(2) for _ in range(concurrency)))
         start = time.process_time()
@@ -43,7 +76,9 @@ async def one_round(name: str, url: str, requests: int, concurrency: int) -> flo
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--clients", nargs="+", default=["httpx", "aiohttp", "aiohttp-keepalive"])
+    ap.add_argument(
+        "--clients", nargs="+", default=["aiohttp", "aiohttp-direct", "aiohttp-alone", "httpx"]
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=800)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 1])

@@ -30,7 +30,7 @@ from proxy.observe.metrics import Metrics, RequestMetrics
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.store.heartbeat import Liveness
-from proxy.upstream.pools import UpstreamPools
+from proxy.upstream.pools import UpstreamClient, UpstreamPools
 from proxy.upstream.windows import Windows
 
 log = logging.getLogger("ctxproxy")
@@ -69,7 +69,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         await run_in_threadpool(liveness.start)
         pools = transport or UpstreamPools(settings.upstreams)
         try:
-            async with httpx.AsyncClient(transport=pools) as client:
+            async with UpstreamClient(pools) as client:
                 app.state.services = Services(
                     settings=settings,
                     client=client,

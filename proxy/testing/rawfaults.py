@@ -104,9 +104,9 @@ def reset_after(data: Callable[[bytes], bytes]) -> Fault:
     return fault
 
 
-def chunked(*chunks: bytes) -> Callable[[bytes], bytes]:
+def chunked(*chunks: bytes, te: bytes = b"chunked") -> Callable[[bytes], bytes]:
     return lambda p: (
-        response(b"", headers=b"Transfer-Encoding: chunked\r\n")
+        response(b"", headers=b"Transfer-Encoding: " + te + b"\r\n")
         + b"".join(c.replace(b"{p}", p).replace(b"{n}", b"%x" % len(p)) for c in chunks)
     )
 
@@ -196,6 +196,16 @@ FAULTS: dict[str, tuple[Fault, int]] = {
                 headers=b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n",
             ),
             True,
+        ),
+        502,
+    ),
+    "transfer-encoding-gzip-chunked": (
+        whole(chunked(b"{n}\r\n{p}\r\n0\r\n\r\n", te=b"gzip, chunked"), True),
+        502,
+    ),
+    "transfer-encoding-twice": (
+        whole(
+            chunked(b"{n}\r\n{p}\r\n0\r\n\r\n", te=b"chunked\r\nTransfer-Encoding: chunked"), True
         ),
         502,
     ),

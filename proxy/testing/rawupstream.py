@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 from typing import Any
 
@@ -49,11 +50,13 @@ def head(status: int, ctype: str, length: int | None, extra: str = "") -> bytes:
 
 
 class RawUpstream:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.loop = asyncio.new_event_loop()
-        self.port = 0
+        self.port = port
         self.connections = 0  # open right now
         self.requests: list[dict[str, Any]] = []
+        self.strays = 0  # unsolicited copies written so far (models `stray-copy`, `spray`)
+        self.late = threading.Event()  # set when a late copy or close (`close-later`) is done
         self._started = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -73,7 +76,7 @@ class RawUpstream:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         server = self.loop.run_until_complete(
-            asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024)
+            asyncio.start_server(self._serve, "127.0.0.1", self.port, backlog=1024)
         )
         self.port = server.sockets[0].getsockname()[1]
         self._started.set()
@@ -112,6 +115,17 @@ class RawUpstream:
             return await FAULTS[model.removeprefix("fault:")][0](w, body)
         if model == "raw-echo":
             w.write(response(echo(body)))
+        elif model == "close-later":  # a clean answer, then the idle connection closed
+            w.write(response(echo(body)))
+            asyncio.get_running_loop().call_later(0.01, self._close, w)
+        elif model in ("stray-copy", "spray"):
+            # A clean answer, then (always, or half the time) an unsolicited copy of it on the
+            # same keep-alive connection: whoever reads it next got someone else's answer.
+            answer = response(echo(body))
+            w.write(answer)
+            if model == "stray-copy" or random.random() < 0.5:
+                delay = 0.01 if model == "stray-copy" else random.uniform(0, 0.003)
+                asyncio.get_running_loop().call_later(delay, self._stray, w, answer)
         elif model == "cut-json":
             w.write(head(200, "application/json", 500) + OK[:20])
         elif model == "cut-error":
@@ -154,6 +168,16 @@ class RawUpstream:
             w.write(head(200, "application/json", len(OK)) + OK)
         await w.drain()
         return model not in ("cut-json", "cut-error")
+
+    def _stray(self, w: asyncio.StreamWriter, answer: bytes) -> None:
+        if not w.is_closing():
+            w.write(answer)
+            self.strays += 1
+            self.late.set()
+
+    def _close(self, w: asyncio.StreamWriter) -> None:
+        w.close()
+        self.late.set()
 
 
 LEAKY = (

@@ -41,9 +41,26 @@ class UpstreamPools(httpx.AsyncBaseTransport):
         pool = self._pools.get(origin(request.url), self._other)
         return await pool.handle_async_request(request)
 
+    def direct(self, url: httpx.URL) -> AiohttpTransport | None:
+        """The aiohttp pool for `url`, for send.py to call without httpx's client in between."""
+        pool = self._pools.get(origin(url), self._other)
+        return pool if isinstance(pool, AiohttpTransport) else None
+
     async def aclose(self) -> None:
         for pool in [*self._pools.values(), self._other]:
             await pool.aclose()
+
+
+class UpstreamClient(httpx.AsyncClient):
+    """httpx's client over the upstreams' pools, for the odd request (a probe, /models); send.py's
+    `send`, every request for an answer, goes to the pool's aiohttp client directly."""
+
+    def __init__(self, pools: httpx.AsyncBaseTransport) -> None:
+        super().__init__(transport=pools)
+        self.pools = pools
+
+    def direct(self, url: httpx.URL) -> AiohttpTransport | None:
+        return self.pools.direct(url) if isinstance(self.pools, UpstreamPools) else None
 
 
 def client_for(name: str) -> Callable[[httpx.Limits], httpx.AsyncBaseTransport]:

@@ -22,6 +22,7 @@ from proxy.errors import (
     sse_error,
 )
 from proxy.settings import Upstream
+from proxy.upstream.pools import UpstreamClient
 from proxy.upstream.transport import MalformedAnswer
 
 log = logging.getLogger("ctxproxy.upstream")
@@ -108,21 +109,33 @@ async def send(
         content, json = encode_json(json), None
     if content is not None:
         headers["content-type"] = "application/json"
-    req = client.build_request(
-        method,
-        parsed(url) if params is None else url,
-        content=content,
-        params=params,
-        headers=headers,
-        timeout=timeout_for(upstream),
-    )
+    deadline = anyio.current_time() + upstream.total_timeout
+    target = parsed(url) if params is None else url
+    pool = client.direct(parsed(upstream.base_url)) if isinstance(client, UpstreamClient) else None
+    if pool is None:
+        timeout = timeout_for(upstream)
+        req = client.build_request(
+            method, target, content=content, params=params, headers=headers, timeout=timeout
+        )
+        req.extensions[DEADLINE] = deadline
+    else:  # aiohttp's pool, without httpx's client (auth, cookies, redirects, hooks) in between
+        headers = {**DIRECT_HEADERS, **headers}
+        extensions = {"timeout": timeout_for(upstream).as_dict(), DEADLINE: deadline}
+        req = httpx.Request(method, target, params=params, extensions=extensions)
     if not within_base(req.url, upstream):
         raise BadRequest("Invalid path: it leaves the upstream's base URL", param="path")
-    deadline = anyio.current_time() + upstream.total_timeout
-    req.extensions[DEADLINE] = deadline
     try:
         with anyio.fail_after(upstream.total_timeout):
-            return await client.send(req, stream=stream)
+            if pool is None:
+                return await client.send(req, stream=stream)
+            r = await pool.open(req, content, headers)
+            if not stream:
+                try:
+                    await r.aread()
+                except BaseException:
+                    await r.aclose()
+                    raise
+            return r
     except TimeoutError:
         raise over_deadline(upstream) from None
     except httpx.PoolTimeout:
@@ -165,6 +178,10 @@ def for_window(upstream: Upstream, body: dict[str, Any], window: int | None) -> 
         # Ollama silently truncates to its num_ctx: make it the window we compiled for.
         return {**body, "options": {"num_ctx": window, **(options or {})}}
     return body
+
+
+# What httpx's client adds to every request, on the direct path too (aiohttp adds none of them)
+DIRECT_HEADERS = {"accept": "*/*", "user-agent": f"python-httpx/{httpx.__version__}"}
 
 
 DISCONNECTED = "Server disconnected"  # httpcore's words for a close before any answer

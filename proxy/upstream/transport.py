@@ -43,8 +43,12 @@ class CheckedTransport(httpx.AsyncBaseTransport):
 def head_problem(response: httpx.Response) -> str | None:
     if not 200 <= response.status_code <= 599:
         return f"the upstream answered with status {response.status_code}, not a final status"
-    if "transfer-encoding" in response.headers and "content-length" in response.headers:
+    coding = response.headers.get("transfer-encoding")
+    if coding is not None and "content-length" in response.headers:
         return "the upstream's answer has both Transfer-Encoding and Content-Length"
+    if coding is not None and coding.strip().lower() != "chunked":
+        # `gzip, chunked` would reach the client still gzipped, as if it were the answer
+        return f"the upstream's answer has Transfer-Encoding {coding[:40]!r}, not plain chunked"
     return None
 
 

@@ -1,0 +1,126 @@
+"""Bytes an upstream sends unasked on an idle keep-alive connection are never anyone's answer: not
+when they reach the socket while the event loop is busy (nothing has read them yet), and not
+through the proxy at 1, 4 and 16 clients against an upstream that sprays stray copies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.settings import Upstream
+from proxy.testing.rawupstream import RawUpstream
+from proxy.upstream import send as up
+from proxy.upstream.pools import UpstreamClient, UpstreamPools
+
+
+@pytest.fixture
+def raw() -> Iterator[RawUpstream]:
+    with RawUpstream() as upstream:
+        yield upstream
+
+
+def ask_body(model: str, text: str) -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": text}]}
+
+
+async def answer(client: httpx.AsyncClient, upstream: Upstream, model: str, text: str) -> str:
+    r = await up.send(client, upstream, "POST", "/chat/completions", json=ask_body(model, text))
+    content: str = json.loads(await up.read(r, upstream))["choices"][0]["message"]["content"]
+    return content
+
+
+@pytest.mark.parametrize("client_name", ["aiohttp", "httpx"])
+def test_a_stray_copy_that_arrived_while_the_loop_was_busy_is_not_the_next_answer(
+    raw: RawUpstream, client_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXPROXY_UPSTREAM_CLIENT", client_name)
+    upstream = Upstream(name="raw", base_url=raw.url)
+
+    async def scenario() -> list[str]:
+        async with UpstreamClient(UpstreamPools([upstream])) as client:
+            got = [await answer(client, upstream, "stray-copy", "first")]
+            for turn in range(3):
+                raw.late.clear()
+                # The loop is busy (blocked right here) while the copy reaches the idle socket:
+                # nothing reads it before the next request is handed a connection.
+                assert raw.late.wait(5)
+                time.sleep(0.02)
+                got.append(await answer(client, upstream, "stray-copy", f"next {turn}"))
+            return got
+
+    assert asyncio.run(scenario()) == [
+        "echo: first",
+        "echo: next 0",
+        "echo: next 1",
+        "echo: next 2",
+    ]
+    assert raw.strays >= 3  # the last one may still be on its way
+
+
+def test_an_idle_connection_the_upstream_closed_meanwhile_is_not_reused(
+    raw: RawUpstream,
+) -> None:
+    upstream = Upstream(name="raw", base_url=raw.url)
+
+    async def scenario() -> list[str]:
+        async with UpstreamClient(UpstreamPools([upstream])) as client:
+            raw.late.clear()
+            got = [await answer(client, upstream, "close-later", "first")]
+            assert raw.late.wait(5)
+            time.sleep(0.02)  # the FIN is on the socket; the busy loop has not seen it
+            got.append(await answer(client, upstream, "raw-echo", "second"))
+            return got
+
+    assert asyncio.run(scenario()) == ["echo: first", "echo: second"]
+    assert [b["messages"][0]["content"] for b in raw.requests] == ["first", "second"]
+
+
+def spray(proxy: str, clients: int, seconds: float) -> tuple[int, int, int]:
+    """`clients` clients asking for `seconds`, each answer checked for its own request's marker:
+    (requests, wrong answers, errors). A copy that reaches the proxy before it has handed on the
+    answer it follows is bytes past that answer's end: a 502 (malformed), never a wrong answer."""
+
+    async def client_loop(c: httpx.AsyncClient, n: int, stop: float) -> tuple[int, int, int]:
+        done = wrong = errors = 0
+        while time.monotonic() < stop:
+            marker = f"client {n} request {done}"
+            r = await c.post(
+                proxy + "/v1/chat/completions",
+                json=ask_body("spray", marker),
+                headers={"X-Session-Id": f"spray-{n}-{done}"},
+            )
+            done += 1
+            if r.status_code != 200:
+                assert r.json()["error"]["code"] == "upstream_invalid_response", r.text
+                errors += 1
+            elif r.json()["choices"][0]["message"]["content"] != f"echo: {marker}":
+                wrong += 1
+        return done, wrong, errors
+
+    async def run() -> tuple[int, int, int]:
+        stop = time.monotonic() + seconds
+        async with httpx.AsyncClient(timeout=30) as c:
+            results = await asyncio.gather(*(client_loop(c, n, stop) for n in range(clients)))
+        done, wrong, errors = (sum(x) for x in zip(*results, strict=True))
+        return done, wrong, errors
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("clients", [1, 4, 16])
+def test_through_the_proxy_no_client_gets_a_stray_copy_as_its_answer(
+    raw: RawUpstream, start_proxy, tmp_path: Path, clients: int
+) -> None:
+    from tests.conftest import make_settings
+
+    proxy = start_proxy(make_settings(tmp_path, raw.url)).url
+    done, wrong, errors = spray(proxy, clients, seconds=2.0)
+    assert raw.strays > 0 and done > 20
+    assert wrong == 0, f"{wrong} wrong answers, {errors} errors in {done} requests"
+    assert errors < done / 2
