@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import ahead, history, liveness, pipelined, reads, states, writes
+from proxy.store import ahead, history, install, liveness, pipelined, reads, states, writes
 from proxy.store.digest import hash_messages
 from proxy.store.engine import Writer, make_engine
 from proxy.store.models import (
@@ -50,6 +50,7 @@ class Store:
             self.engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else None
         )
         self.instance: str | None = None  # this process's InstanceRow id, once registered
+        self._ids_key: bytes | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -64,6 +65,12 @@ class Store:
         from migrations import needs_upgrade
 
         return needs_upgrade(self.engine)
+
+    def ids_key(self) -> bytes:
+        """The install's key signing response ids (read once; the lifespan reads it first)."""
+        if self._ids_key is None:
+            self._ids_key = install.secret(self.engine, "response_ids")
+        return self._ids_key
 
     def ping(self) -> None:
         with self.engine.connect() as conn:
