@@ -1,8 +1,10 @@
 """Responses' previous_response_id, served from the store: a response id names its exchange.
 
-An id is `resp_` and the base64 of a MAC and `session/seq`: the MAC (HMAC-SHA256 under the
-install's key, kept in the store) makes an id nobody can forge, so a stranger cannot load a
-session's history by naming it; with client keys, an id of another key's session is refused too.
+An id is `resp_` and the base64 of a MAC of `session/seq` and that name enciphered under the
+MAC (HMAC-SHA256 as the PRF, SIV-style), keyed by the install's secret kept in the store: nobody
+can forge an id, so a stranger cannot load a session's history by naming it, and an id does not
+show which session it was filed in (a side request joined to one is not told which). With
+client keys, an id of another key's session is refused too.
 """
 
 from __future__ import annotations
@@ -21,18 +23,27 @@ from proxy.store import Store
 PREFIX = "resp_"
 MAX_SEQ_DIGITS = 19  # 2^63 - 1 has 19
 NO_STORE = "ctxproxy_store"  # in the stored request when the client sent store: false
-
-
 MAC_BYTES = 16
 
 
 def response_id(ref: Any, key: bytes) -> str:
     name = f"{ref.session_id}/{ref.seq}".encode()
-    return PREFIX + base64.urlsafe_b64encode(_mac(key, name) + name).decode().rstrip("=")
+    mac = _prf(key, b"mac", name)[:MAC_BYTES]
+    sealed = mac + _xor(name, _stream(key, mac, len(name)))
+    return PREFIX + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
 
 
-def _mac(key: bytes, name: bytes) -> bytes:
-    return hmac.new(key, name, hashlib.sha256).digest()[:MAC_BYTES]
+def _prf(key: bytes, purpose: bytes, data: bytes) -> bytes:
+    return hmac.new(key, purpose + b"\0" + data, hashlib.sha256).digest()
+
+
+def _stream(key: bytes, mac: bytes, length: int) -> bytes:
+    blocks = (length + 31) // 32
+    return b"".join(_prf(key, b"enc", mac + i.to_bytes(4, "big")) for i in range(blocks))
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    return bytes(a ^ b for a, b in zip(data, stream, strict=False))
 
 
 def _parse(response_id: str, key: bytes) -> tuple[str, int] | None:
@@ -43,9 +54,10 @@ def _parse(response_id: str, key: bytes) -> tuple[str, int] | None:
         signed = base64.urlsafe_b64decode(code + "=" * (-len(code) % 4))
     except (binascii.Error, ValueError):
         return None
-    mac, name = signed[:MAC_BYTES], signed[MAC_BYTES:]
-    if not hmac.compare_digest(mac, _mac(key, name)):
-        return None  # forged, or made by another install
+    mac, sealed = signed[:MAC_BYTES], signed[MAC_BYTES:]
+    name = _xor(sealed, _stream(key, mac, len(sealed)))
+    if not hmac.compare_digest(mac, _prf(key, b"mac", name)[:MAC_BYTES]):
+        return None  # forged, altered, or made by another install
     try:
         session, _, seq = name.decode().rpartition("/")
     except UnicodeDecodeError:
