@@ -34,6 +34,7 @@ class Attack:
     refused: int = 0  # connections the server never accepted (or reset at once)
     closed_after: list[float] = field(default_factory=list)  # seconds from open to close
     probes: list[bool] = field(default_factory=list)
+    probe_s: list[float] = field(default_factory=list)  # the answered probes' round trips
     after_probes: list[bool] = field(default_factory=list)  # right after the attack
 
 
@@ -89,7 +90,10 @@ async def attack(port: int, heads: int, seconds: float) -> Attack:
     async def probes() -> None:
         await asyncio.sleep(2.0)  # the first heads are open
         while time.monotonic() < until:
+            sent = time.monotonic()
             result.probes.append(await probe(port))
+            if result.probes[-1]:
+                result.probe_s.append(time.monotonic() - sent)
             await asyncio.sleep(PROBE_EVERY_S)
 
     prober = asyncio.create_task(probes())
@@ -181,6 +185,7 @@ FIGURES = [
     ("heads closed by the server", _closed),
     ("longest a closed head hung", lambda a: f"{max(a.closed_after, default=0):.1f} s"),
     ("/healthz during the attack", lambda a: _share(a.probes)),
+    ("/healthz answer, median", lambda a: f"{1000 * tabulate.median(a.probe_s):.0f} ms"),
     ("/healthz right after", lambda a: _share(a.after_probes)),
 ]
 

@@ -396,13 +396,7 @@ class Store:
         """By full hash or unique prefix; raises AmbiguousPrefix if several match. With
         `key_id`, only a message that key's own sessions hold."""
 
-        def query(s: Session) -> StoredMessage | None:
-            found = reads.get_message(s, hash_or_prefix)
-            if found is None or key_id is None or reads.message_seen_by(s, found.hash, key_id):
-                return found
-            return None
-
-        return self._read(query)
+        return self._read(lambda s: reads.get_message(s, hash_or_prefix, key_id))
 
     def stats(self) -> Stats:
         return self._read(reads.stats)
