@@ -65,6 +65,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         store = Store(settings.database_url)
         if await run_in_threadpool(store.needs_upgrade):
             await run_in_threadpool(store.upgrade)
+        await run_in_threadpool(store.ids_key)  # read once here, off the answers' path
         liveness = Liveness(store)
         await run_in_threadpool(liveness.start)
         pools = transport or UpstreamPools(settings.upstreams)

@@ -134,6 +134,15 @@ class RecallSettings(_Strict):
     translate: bool = True
 
 
+class LimitsSettings(_Strict):
+    """Slow clients (proxy/http/slow.py): deadlines for a request's head and body, and a cap
+    on open connections (lowered to the file descriptors the process has)."""
+
+    head_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(120.0, gt=0)
+    max_connections: int = Field(4096, ge=16)
+
+
 class Settings(BaseSettings):
     """Everything ctxproxy reads at start. Unknown keys are an error, so typos fail loudly."""
 
@@ -157,6 +166,7 @@ class Settings(BaseSettings):
     log_content: bool = False  # message text in the access log (privacy: off by default)
     # The client's `user`, `safety_identifier` and `metadata.user_id` forwarded upstream.
     forward_client_identity: bool = False
+    limits: LimitsSettings = LimitsSettings()
 
     @classmethod
     def settings_customise_sources(

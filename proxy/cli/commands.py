@@ -141,6 +141,7 @@ def serve_forever(
     import uvicorn
 
     from proxy.app import create_app, settle_heap
+    from proxy.http import slow
     from proxy.observe.access_log import configure_logging
 
     configure_logging(settings.log_level)
@@ -158,6 +159,8 @@ def serve_forever(
         "port": port,
         "log_level": settings.log_level,
         "timeout_graceful_shutdown": 30,
+        # Each worker process reads its limits from the same settings (proxy/http/slow.py).
+        "http": slow.guarded(slow.limits_of(settings)) if workers == 1 else slow.Guarded,
     }
     if workers == 1:
         app = create_app(settings)

@@ -14,6 +14,13 @@ conversation already under way, and are told by what they hold, not by a keyword
   Code's memory subagent), or, offering no tools, is mostly text already seen in one recent
   session's requests and answers (aider's history summaries, title requests).
 
+How far joining reaches, so that nothing can be read by quoting it: a request joined to a
+session is filed there, but its view is its own messages (a stored state is found by a prefix
+of the request's own history; recall searches the request's own messages), and a side request
+is told the session's id (X-Ctxproxy-Session) only when it came with a client key, which it
+shares with the session; without keys it is told nothing. A continuation, which resends the
+session's whole latest history, answers included, is told its id.
+
 Everything is scoped by the client key. The index is per process, of the most recent sessions,
 and rebuilt as requests arrive: after a restart, or on another worker, such a request opens a
 session of its own as before.
@@ -204,6 +211,13 @@ class Conversations:
             holders.discard(session)
             if not holders:
                 del self.where[h]
+
+
+def told(key: SessionKey) -> dict[str, str]:
+    """The X-Ctxproxy-Session header for a request placed as `key` (see the module)."""
+    if key.source == "side" and key.owner is None:
+        return {}  # a stranger quoting a conversation learns nothing of it
+    return {"x-ctxproxy-session": key.id}
 
 
 class Read(NamedTuple):

@@ -25,6 +25,7 @@ from proxy.exchange.compile import (
     asked_tokens,
     compilation_headers,
 )
+from proxy.exchange.conversations import told
 from proxy.exchange.guards import overflow_of, read_checked, unless_gone
 from proxy.exchange.identify import identify
 from proxy.exchange.prepare import prepare
@@ -97,13 +98,13 @@ async def _exchange(
             await exchange.record(key, body, upstream.name, None, refused=exc, counted=counted)
         await exchange.finish(status=exc.status, error=exc.body()["error"])
         if exchange.refused is not None:  # its real figures, as an answer's would be
-            exc.headers = compilation_headers(exchange.refused) | {"x-ctxproxy-session": key.id}
+            exc.headers = compilation_headers(exchange.refused) | told(key)
         raise
     send = exchange.forward if wire is None else partial(wire.forward, exchange)
     r, compiled = await _send_fitted(
         request, exchange, upstream, send, (sendable, counted), compiled
     )
-    headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
+    headers = compilation_headers(compiled) | told(key)
     if exchange.limit is not None:
         headers["x-ctxproxy-max-tokens"] = f"{asked_tokens(sendable)}->{exchange.limit}"
     if wire is not None:

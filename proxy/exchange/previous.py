@@ -1,9 +1,18 @@
-"""Responses' previous_response_id, served from the store: a response id names its exchange."""
+"""Responses' previous_response_id, served from the store: a response id names its exchange.
+
+An id is `resp_` and the base64 of a MAC of `session/seq` and that name enciphered under the
+MAC (HMAC-SHA256 as the PRF, SIV-style), keyed by the install's secret kept in the store: nobody
+can forge an id, so a stranger cannot load a session's history by naming it, and an id does not
+show which session it was filed in (a side request joined to one is not told which). With
+client keys, an id of another key's session is refused too.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -14,25 +23,47 @@ from proxy.store import Store
 PREFIX = "resp_"
 MAX_SEQ_DIGITS = 19  # 2^63 - 1 has 19
 NO_STORE = "ctxproxy_store"  # in the stored request when the client sent store: false
+MAC_BYTES = 16
 
 
-def response_id(ref: Any) -> str:
+def response_id(ref: Any, key: bytes) -> str:
     name = f"{ref.session_id}/{ref.seq}".encode()
-    return PREFIX + base64.urlsafe_b64encode(name).decode().rstrip("=")
+    mac = _prf(key, b"mac", name)[:MAC_BYTES]
+    sealed = mac + _xor(name, _stream(key, mac, len(name)))
+    return PREFIX + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
 
 
-def _parse(response_id: str) -> tuple[str, int] | None:
-    if not response_id.startswith(PREFIX):
+def _prf(key: bytes, purpose: bytes, data: bytes) -> bytes:
+    return hmac.new(key, purpose + b"\0" + data, hashlib.sha256).digest()
+
+
+def _stream(key: bytes, mac: bytes, length: int) -> bytes:
+    blocks = (length + 31) // 32
+    return b"".join(_prf(key, b"enc", mac + i.to_bytes(4, "big")) for i in range(blocks))
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    return bytes(a ^ b for a, b in zip(data, stream, strict=False))
+
+
+def _parse(response_id: str, key: bytes) -> tuple[str, int] | None:
+    if not response_id.startswith(PREFIX) or len(response_id) > 4096:
         return None
     code = response_id[len(PREFIX) :]
     try:
-        session, _, seq = (
-            base64.urlsafe_b64decode(code + "=" * (-len(code) % 4)).decode().rpartition("/")
-        )
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        signed = base64.urlsafe_b64decode(code + "=" * (-len(code) % 4))
+    except (binascii.Error, ValueError):
         return None
-    # Forged ids reach here: a sequence is ASCII digits within a 64-bit column, and a session
-    # id holds no control character (PostgreSQL refuses NUL), or it names no exchange.
+    mac, sealed = signed[:MAC_BYTES], signed[MAC_BYTES:]
+    name = _xor(sealed, _stream(key, mac, len(sealed)))
+    if not hmac.compare_digest(mac, _prf(key, b"mac", name)[:MAC_BYTES]):
+        return None  # forged, altered, or made by another install
+    try:
+        session, _, seq = name.decode().rpartition("/")
+    except UnicodeDecodeError:
+        return None
+    # Only ids this install signed reach here; still, a sequence is ASCII digits within a 64-bit
+    # column, and a session id holds no control character (PostgreSQL refuses NUL).
     if not (seq.isascii() and seq.isdigit() and len(seq) <= MAX_SEQ_DIGITS):
         return None
     if not session or len(session) > 1024 or any(ord(c) < 32 for c in session):
@@ -43,7 +74,7 @@ def _parse(response_id: str) -> tuple[str, int] | None:
 
 async def history(store: Store, response_id: str, owner: str | None) -> tuple[str, list[dict]]:
     """The session and neutral history that `response_id` ended: its request, then its answer."""
-    found = _parse(response_id)
+    found = _parse(response_id, await run_in_threadpool(store.ids_key))
     if found and (owner is None or found[0].startswith(owner + ":")):
         session, number = found
         detail = await run_in_threadpool(store.get_exchange, session, number)

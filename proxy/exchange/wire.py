@@ -48,7 +48,7 @@ class Codec:
     usage_to_openai: Callable[[Any], dict[str, Any] | None]
     upstream_error: Callable[[int, bytes], dict[str, Any]]
     error_event: Callable[[ProxyError], bytes]
-    answer_id: Callable[[Any], str] | None = None  # the id of an answer, from its record
+    answer_id: Callable[[Any, bytes], str] | None = None  # an answer's id: its record, a key
 
 
 class Wire:
@@ -147,7 +147,7 @@ class Wire:
         headers = {**up.response_headers(r), **headers}
         headers.pop("content-type", None)
         if exchange.ref is not None and self.codec.answer_id is not None:
-            self.conversion.answer_id = self.codec.answer_id(exchange.ref)
+            self.conversion.answer_id = self.codec.answer_id(exchange.ref, exchange.store.ids_key())
         if stream and r.status_code < 400 and up.is_event_stream(r):
             headers |= exchange.timing_header()
             return StreamingResponse(

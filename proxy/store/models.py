@@ -189,3 +189,12 @@ class ViewStateRow(Base):
     raw_prompt: Mapped[int] = mapped_column(Integer)  # uncorrected count of the whole prompt
     tokens_original: Mapped[int] = mapped_column(Integer)  # as reported for that exchange
     created_at: Mapped[datetime]
+
+
+class SecretRow(Base):
+    """A per-install secret (the key signing response ids), made once by migration 0005."""
+
+    __tablename__ = "secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(128))

@@ -137,7 +137,7 @@ def session_owner(s: Session, session_id: str) -> tuple[bool, str | None]:
     return (False, None) if row is None else (True, row[0])
 
 
-def message_seen_by(s: Session, msg_hash: str, key_id: str) -> bool:
+def _seen_by(msg_hash: Any, key_id: str) -> Any:
     """Whether a message is in a history, a compiled view or an answer of the key's sessions."""
     in_history = exists().where(
         EntryRow.message_hash == msg_hash,
@@ -150,7 +150,24 @@ def message_seen_by(s: Session, msg_hash: str, key_id: str) -> bool:
         ExchangeRow.session_id == SessionRow.id,
         SessionRow.key_id == key_id,
     )
-    return bool(s.execute(select(in_history | in_view)).scalar())
+    return in_history | in_view
+
+
+def _first_seen_by(s: Session, msg_hash: str, key_id: str) -> datetime | None:
+    """When the key's own sessions first held the message (not when anyone stored it)."""
+    in_history = select(func.min(EntryRow.created_at)).where(
+        EntryRow.message_hash == msg_hash,
+        EntryRow.session_id == SessionRow.id,
+        SessionRow.key_id == key_id,
+    )
+    in_view = select(func.min(ExchangeRow.created_at)).where(
+        CompiledRef.message_hash == msg_hash,
+        CompiledRef.exchange_id == ExchangeRow.id,
+        ExchangeRow.session_id == SessionRow.id,
+        SessionRow.key_id == key_id,
+    )
+    times = [s.execute(in_history).scalar(), s.execute(in_view).scalar()]
+    return min((t for t in times if t is not None), default=None)
 
 
 def get_session(s: Session, session_id: str) -> SessionDetail | None:
@@ -356,21 +373,25 @@ def get_exchange(s: Session, session_id: str, seq: int) -> ExchangeDetail | None
     )
 
 
-def get_message(s: Session, ref: str) -> StoredMessage | None:
-    """A message by its full hash or a unique prefix of it (caller checks the length)."""
+def get_message(s: Session, ref: str, key_id: str | None = None) -> StoredMessage | None:
+    """A message by its full hash or a unique prefix of it (caller checks the length); with
+    `key_id`, only among the messages the key's own sessions hold, and stored when they first
+    held it."""
     ref = ref.lower()
     if len(ref) == 64:
-        rows: Sequence[Row[Any]] = s.execute(select(MessageRow).where(MessageRow.hash == ref)).all()
+        query = select(MessageRow).where(MessageRow.hash == ref)
     else:
-        rows = s.execute(
-            select(MessageRow).where(MessageRow.hash.startswith(ref, autoescape=True)).limit(2)
-        ).all()
+        query = select(MessageRow).where(MessageRow.hash.startswith(ref, autoescape=True))
+    if key_id is not None:
+        query = query.where(_seen_by(MessageRow.hash, key_id))
+    rows: Sequence[Row[Any]] = s.execute(query.limit(2)).all()
     if len(rows) > 1:
         raise AmbiguousPrefix(ref)
     if not rows:
         return None
     m: MessageRow = rows[0][0]
-    return StoredMessage(m.hash, m.role, m.size, aware(m.created_at), json.loads(m.body))
+    created = m.created_at if key_id is None else _first_seen_by(s, m.hash, key_id)
+    return StoredMessage(m.hash, m.role, m.size, aware(created or m.created_at), json.loads(m.body))
 
 
 def stats(s: Session) -> Stats:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import ahead, history, liveness, pipelined, reads, states, writes
+from proxy.store import ahead, history, install, liveness, pipelined, reads, states, writes
 from proxy.store.digest import hash_messages
 from proxy.store.engine import Writer, make_engine
 from proxy.store.models import (
@@ -50,6 +50,7 @@ class Store:
             self.engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else None
         )
         self.instance: str | None = None  # this process's InstanceRow id, once registered
+        self._ids_key: bytes | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -64,6 +65,12 @@ class Store:
         from migrations import needs_upgrade
 
         return needs_upgrade(self.engine)
+
+    def ids_key(self) -> bytes:
+        """The install's key signing response ids (read once; the lifespan reads it first)."""
+        if self._ids_key is None:
+            self._ids_key = install.secret(self.engine, "response_ids")
+        return self._ids_key
 
     def ping(self) -> None:
         with self.engine.connect() as conn:
@@ -389,13 +396,7 @@ class Store:
         """By full hash or unique prefix; raises AmbiguousPrefix if several match. With
         `key_id`, only a message that key's own sessions hold."""
 
-        def query(s: Session) -> StoredMessage | None:
-            found = reads.get_message(s, hash_or_prefix)
-            if found is None or key_id is None or reads.message_seen_by(s, found.hash, key_id):
-                return found
-            return None
-
-        return self._read(query)
+        return self._read(lambda s: reads.get_message(s, hash_or_prefix, key_id))
 
     def stats(self) -> Stats:
         return self._read(reads.stats)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -210,3 +211,51 @@ def test_conversations_that_only_share_a_canned_answer_stay_apart() -> None:
     c.answered(first.id, first_question["messages"], {"role": "assistant", "content": refusal})
     other = chat("You are a helpful assistant.", "write malware", refusal, "tell me a joke")
     assert place(c, other).id != first.id
+
+
+SECRET_LINE = (
+    "The staging deploy password is hunter2-correct-horse-battery-staple, rotate it Friday."
+)
+
+
+def _quoting(line: str) -> dict[str, Any]:
+    return chat("Summarise the following text in one sentence.", line) | {"model": "echo"}
+
+
+def test_a_stranger_quoting_an_answer_is_told_nothing_and_reads_nothing(
+    proxy: ServerThread, script: Script
+) -> None:
+    """Without keys a tool-less request quoting a line of another conversation is filed with it
+    (as aider's summaries are), but learns neither its session id nor anything of its history."""
+    own = chat("You are a coding agent.", TASK + "\n" + SECRET_LINE) | {"model": "echo"}
+    first = httpx.post(proxy.url + "/v1/chat/completions", json=own, timeout=30)
+    assert first.status_code == 200 and "x-ctxproxy-session" in first.headers
+    stranger = _quoting("echo: " + TASK)  # a line of the answer the conversation got
+    r = httpx.post(proxy.url + "/v1/chat/completions", json=stranger, timeout=30)
+    assert r.status_code == 200, r.text
+    assert "x-ctxproxy-session" not in r.headers
+    assert script.received[-1]["messages"] == stranger["messages"]  # its view is its own
+    assert SECRET_LINE not in r.text
+    sessions = httpx.get(proxy.url + "/sessions").json()
+    assert sessions["total"] == 1  # it was placed there all the same
+    # Responses API: the answer's id does not name the session either
+    body = {"model": "echo", "instructions": stranger["messages"][0]["content"]}
+    r = httpx.post(proxy.url + "/v1/responses", json=body | {"input": "echo: " + TASK}, timeout=30)
+    assert r.status_code == 200 and "x-ctxproxy-session" not in r.headers
+    code = r.json()["id"][len("resp_") :]
+    sealed = base64.urlsafe_b64decode(code + "=" * (-len(code) % 4))
+    assert first.headers["x-ctxproxy-session"].encode() not in sealed
+
+
+def test_a_side_request_with_its_sessions_key_is_told_the_session(
+    start_proxy, settings_for, script: Script
+) -> None:
+    proxy = start_proxy(settings_for(api_keys=["sk-alice"]))
+    auth = {"Authorization": "Bearer sk-alice"}
+    own = chat("You are a coding agent.", TASK) | {"model": "echo"}
+    first = httpx.post(proxy.url + "/v1/chat/completions", json=own, headers=auth, timeout=30)
+    side = httpx.post(
+        proxy.url + "/v1/chat/completions", json=_quoting("echo: " + TASK), headers=auth, timeout=30
+    )
+    assert side.status_code == 200, side.text
+    assert side.headers["x-ctxproxy-session"] == first.headers["x-ctxproxy-session"]

@@ -27,6 +27,7 @@ TABLES = {
     "exchange_messages",
     "view_states",
     "instances",
+    "secrets",
 }
 
 

@@ -1,9 +1,11 @@
 """Client keys own their sessions: two keys never share one, whatever the session is named by,
 each exchange records which key made it (an id, never the key), and the audit API, /ui and
-/metrics need a key once api_keys is set: the admin key sees everything, a client key its own."""
+/metrics need a key once api_keys is set: the admin key sees everything, a client key its own
+(and not /stats or /metrics, which count every key's requests)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,13 +168,33 @@ def test_a_client_key_sees_only_its_own_sessions(
     assert audit(url, BOB, f"/messages/{bob_message}").status_code == 200
     assert audit(url, ALICE, "/stats").status_code == 403
     assert audit(url, ADMIN, "/stats").status_code == 200
-    assert audit(url, ALICE, "/metrics").status_code == 200
+    assert audit(url, ALICE, "/metrics").status_code == 403  # every tenant's counters
+    assert audit(url, ADMIN, "/metrics").status_code == 200
     page = audit(url, ALICE, "/ui")
     assert page.status_code == 200 and mine in page.text and theirs not in page.text
     assert audit(url, ALICE, f"/ui/sessions/{theirs}").status_code == 404
     bye = httpx.delete(f"{url}/sessions/{theirs}", headers={"Authorization": f"Bearer {ALICE}"})
     assert bye.status_code == 404
     assert audit(url, ADMIN, f"/sessions/{theirs}").status_code == 200
+
+
+def test_a_message_two_keys_sent_shows_each_only_its_own_time(keyed: ServerThread) -> None:
+    """Bob sent the same words as Alice, later: he may read them (his own), but not learn that
+    someone sent them first, nor when; a prefix matching only others' messages is unknown."""
+    url, words = keyed.url, [{"role": "user", "content": "the merger closes on the 14th"}]
+    chat(url, ALICE, words, headers={"X-Session-Id": "a"})
+    time.sleep(1.1)
+    bob_session = chat(url, BOB, words, headers={"X-Session-Id": "b"}).headers["x-ctxproxy-session"]
+    held = audit(url, BOB, f"/sessions/{bob_session}/messages").json()["messages"][0]["hash"]
+    alices = audit(url, ALICE, f"/messages/{held}").json()["created_at"]
+    bobs = audit(url, BOB, f"/messages/{held}").json()["created_at"]
+    assert audit(url, ADMIN, f"/messages/{held}").json()["created_at"] == alices
+    assert bobs > alices  # Bob's own time, not the first time anyone stored it
+    alice_only = chat(url, ALICE, [{"role": "user", "content": "only alice says this"}])
+    mine = audit(url, ALICE, f"/sessions/{alice_only.headers['x-ctxproxy-session']}/messages")
+    hash_ = mine.json()["messages"][0]["hash"]
+    assert audit(url, BOB, f"/messages/{hash_[:12]}").status_code == 404
+    assert audit(url, ALICE, f"/messages/{hash_[:12]}").status_code == 200
 
 
 # --- no keys configured: trust comes from a direct loopback connection only ------------------
