@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,7 +12,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.tabulate import ROOT
-from proxy.testing.servers import free_port
+from proxy.testing import servers
+
+
+def free_port() -> int:
+    """A free loopback port: within BENCH_PORTS ("23000-23999") when set, else any."""
+    span = os.environ.get("BENCH_PORTS")
+    if not span:
+        return servers.free_port()
+    low, high = (int(p) for p in span.split("-"))
+    for port in range(low, high + 1):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in BENCH_PORTS={span}")
+
 
 CTXPROXY = str(Path(sys.executable).with_name("ctxproxy"))
 BIG_WINDOW = 1_000_000  # ctxproxy's configured context_window: no history here is compacted

@@ -26,12 +26,14 @@ from proxy.exchange.tokens import TokenCounter
 from proxy.formats import anthropic
 from proxy.http import openapi
 from proxy.http.guard import HostGuard
+from proxy.http.memory import ReturnMemory
 from proxy.observe.metrics import Metrics, RequestMetrics
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.store.heartbeat import Liveness
 from proxy.upstream.pools import UpstreamClient, UpstreamPools
 from proxy.upstream.windows import Windows
+from strategies import budget as caches
 
 log = logging.getLogger("ctxproxy")
 SWITCH_INTERVAL_S = 0.0005
@@ -62,6 +64,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         # between its I/O; the event loop and other requests' threads get it back within
         # this interval (Python's default, 5 ms, queues a request for tens of ms behind it).
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        caches.SHARED.resize(settings.cache_mb << 20)
         store = Store(settings.database_url)
         if await run_in_threadpool(store.needs_upgrade):
             await run_in_threadpool(store.upgrade)
@@ -87,6 +90,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
 
     app_metrics = Metrics()  # per app, not a global registry: tests build many apps
     app = FastAPI(title="ctxproxy", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(ReturnMemory)
     app.add_middleware(RequestMetrics, metrics=app_metrics)
     app.add_middleware(HostGuard, allowed=settings.allowed_hosts)
     app.include_router(health.router)

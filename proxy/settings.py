@@ -157,6 +157,8 @@ class Settings(BaseSettings):
     # Host names clients may use besides IP addresses and localhost (DNS rebinding guard).
     allowed_hosts: list[str] = []
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    # One budget for every in-memory cache (prefix memos, converted items, text caches, counts).
+    cache_mb: int = Field(64, ge=0)
     upstreams: list[Upstream] = [
         Upstream(name="local", kind="llamacpp", base_url="http://127.0.0.1:8081/v1")
     ]

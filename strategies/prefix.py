@@ -11,14 +11,16 @@ with one comparison of bytes: a long history costs C-speed work, not a Python st
 from __future__ import annotations
 
 import itertools
-import threading
-from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import orjson
 
+from strategies.budget import SHARED, CacheBudget
 from strategies.messages import Message
 
 V = TypeVar("V")
@@ -36,22 +38,25 @@ class _Known(Generic[V]):
 
 
 class PrefixMemo(Generic[V]):
-    """Bounded by bytes (the known lists' JSON, and an estimate per value), oldest out first.
-    A session that only grows keeps one list here; one whose last message changes every turn
-    (a retry, a benchmark's counter) keeps one per turn until the bound."""
+    """Its known lists charged to a byte budget (their JSON, and an estimate per value), least
+    recently used out first. A session that only grows keeps one list here; one whose last
+    message changes every turn (a retry, a benchmark's counter) keeps one per turn."""
 
     def __init__(
-        self, max_bytes: int = 8 << 20, value_bytes: int = 100, holds_text: bool = False
+        self,
+        name: str,
+        value_bytes: int = 100,
+        holds_text: bool = False,
+        budget: CacheBudget | None = None,
     ) -> None:
         """`value_bytes`: what one value holds; `holds_text`: the values hold the messages' text
         too (about the list's JSON again), which then counts twice."""
-        self.max_bytes, self.value_bytes = max_bytes, value_bytes
+        self.value_bytes = value_bytes
         self.text_weight = 2 if holds_text else 1
-        self._known: OrderedDict[int, _Known[V]] = OrderedDict()
+        self.budget = budget or SHARED
+        self._known = self.budget.cache(name, on_evict=self._evicted)
         self._index: dict[Key, int] = {}  # a key -> the newest known list it ends a prefix of
-        self._size = 0
         self._ids = itertools.count()
-        self._lock = threading.Lock()
 
     def values(self, messages: Sequence[Message], extend: Callable[[list[V]], list[V]]) -> list[V]:
         """Every message's value: those of the longest known prefix, then `extend(known)`,
@@ -74,9 +79,8 @@ class PrefixMemo(Generic[V]):
     def _longest(self, data: bytes, ends: dict[Key, int]) -> tuple[list[V], int | None]:
         """The values of the longest known prefix, and the known list's id if it is all of it."""
         for key in ends:  # from the list's end
-            with self._lock:
-                at = self._index.get(key, -1)
-                found = self._known.get(at)
+            at = self._index.get(key, -1)
+            found: _Known[V] | None = self._known.get(at)
             if found is None:
                 continue
             end = found.ends[key]
@@ -87,41 +91,55 @@ class PrefixMemo(Generic[V]):
         return [], None
 
     def _keep(self, data: bytes, values: list[V], ends: dict[Key, int], old: int | None) -> None:
-        size = self.text_weight * len(data) + self.value_bytes * len(values)
-        if size > self.max_bytes // 4 or not ends:
+        size = self.text_weight * len(data) + self.value_bytes * len(values) + 200 * len(ends)
+        if size > self.budget.largest() or not ends:
             return
-        with self._lock:
-            if (
-                old is not None and old in self._known
-            ):  # the list grew: what it was is a prefix of what it is
-                self._forget(old)
-            new = next(self._ids)
-            self._known[new] = _Known(data, values, ends, size)
-            self._index.update(dict.fromkeys(ends, new))
-            self._size += size
-            while self._size > self.max_bytes:
-                self._forget(next(iter(self._known)))
+        if old is not None:  # the list grew: what it was is a prefix of what it is
+            gone = self._known.pop(old)
+            if gone is not None:
+                self._evicted(old, gone)
+        new = next(self._ids)
+        self._index.update(dict.fromkeys(ends, new))
+        self._known.put(new, _Known(data, values, ends, size), size)
 
-    def _forget(self, old: int) -> None:
-        gone = self._known.pop(old)
-        self._size -= gone.size
+    def _evicted(self, old: Hashable, gone: _Known[V]) -> None:
+        """Its keys out of the index (under the budget's lock: no lock of this memo's here; a
+        key another thread just pointed elsewhere may go too, which costs only a miss)."""
+        index = self._index
         for key in gone.ends:
-            if self._index.get(key) == old:
-                del self._index[key]
+            if index.get(key) == old:
+                index.pop(key, None)
 
 
-# The last few lists dumped, by identity: the hashes and the session index of one request read
-# the same list (its messages are never changed in place: the raw history is never rewritten).
-_DUMPED: deque[tuple[Sequence[Message], int, bytes]] = deque(maxlen=4)
-DUMPED_BYTES = 4 << 20  # a larger list is dumped again rather than kept alive
+# The lists a request dumped, by identity: the hashes, the token counts and the session index of
+# one request read the same list (its messages are never changed in place: the raw history is
+# never rewritten). Held by the request's context (`request_scope`; worker threads run in a copy
+# that shares the holder), so that nothing of a request outlives it; outside a scope, none kept.
+_DUMPS: ContextVar[deque[tuple[Sequence[Message], int, bytes]] | None] = ContextVar(
+    "ctxproxy_dumps", default=None
+)
+
+
+@contextmanager
+def request_scope() -> Iterator[None]:
+    """Within it (one request's handling), a list is dumped once."""
+    held: deque[tuple[Sequence[Message], int, bytes]] = deque(maxlen=4)
+    token = _DUMPS.set(held)
+    try:
+        yield
+    finally:
+        _DUMPS.reset(token)
+        held.clear()  # an idle worker thread may keep the last context it ran in
 
 
 def dumped(messages: Sequence[Message]) -> bytes:
     """orjson.dumps(messages), once per request's list."""
-    for seen, n, data in list(_DUMPED):
+    held = _DUMPS.get()
+    if held is None:
+        return orjson.dumps(messages)
+    for seen, n, data in list(held):
         if seen is messages and n == len(messages):
             return data
     data = orjson.dumps(messages)
-    if len(data) <= DUMPED_BYTES:
-        _DUMPED.append((messages, len(messages), data))
+    held.append((messages, len(messages), data))
     return data

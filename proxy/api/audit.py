@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -22,6 +22,7 @@ from proxy.store import (
     Stats,
     StoredMessage,
 )
+from strategies.budget import SHARED
 
 HASH_PREFIX = re.compile(r"[0-9a-fA-F]{12,64}")
 
@@ -155,4 +156,5 @@ async def delete_session(session_id: str, services: ServicesDep, viewer: ViewerD
 async def stats(services: ServicesDep, viewer: ViewerDep) -> Stats:
     """Across every session: the admin key only, once api_keys is set."""
     viewer.require_admin()
-    return await run_in_threadpool(services.store.stats)
+    totals = await run_in_threadpool(services.store.stats)
+    return replace(totals, caches=SHARED.report())

@@ -230,9 +230,9 @@ class Read(NamedTuple):
     chars: int  # … and their text's length
 
 
-# A resent history's messages, read (by content: any app's index reads them alike). A list over a
-# quarter of the bound is not kept: 12 MB keeps a 2,000-message (~200k-token) reading.
-_READ: PrefixMemo[Read] = PrefixMemo(12 << 20, holds_text=True)
+# A resent history's messages, read (by content: any app's index reads them alike), charged to
+# the shared cache budget: a list over an eighth of it (8 MB by default) is not kept.
+_READ: PrefixMemo[Read] = PrefixMemo("conversations.read", holds_text=True)
 
 
 def reading(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Read]]:

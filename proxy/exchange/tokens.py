@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 import tiktoken
 
+from strategies.budget import SHARED, CacheBudget
 from strategies.messages import Message, canonical_json, content_key
 from strategies.prefix import PrefixMemo
 
@@ -31,6 +32,7 @@ REPLY_PRIMING = 3
 PER_TOOL_SCHEMA = 8
 IMAGE_TOKENS = 765
 TOOL_LISTS = 256  # distinct tool lists whose counts are kept (an agent has one or two)
+COUNT_BYTES = 200  # a cached count: its digest key, the int and the budget's entry
 # Keys whose values are framing or routing, not text the model reads.
 _STRUCTURAL = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
 
@@ -41,16 +43,17 @@ class TokenCounter:
         encoding: str = ENCODING,
         *,
         image_tokens: int = IMAGE_TOKENS,
-        cache_size: int = 20_000,  # about 5 MB: keys are digests, values ints
+        budget: CacheBudget | None = None,
     ):
         self._enc = tiktoken.get_encoding(encoding)
         self.image_tokens = image_tokens
-        self.cache_size = cache_size
         self.correction = 1.0  # upstream tokens per tiktoken token; calibrated later
-        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache = (budget or SHARED).cache("tokens.counts")  # content key -> raw count
         # Tool lists by their JSON: an agent sends the same ~24 definitions every turn.
         self._tools: OrderedDict[bytes, int] = OrderedDict()
-        self._histories: PrefixMemo[int] = PrefixMemo(6 << 20, value_bytes=40)
+        self._histories: PrefixMemo[int] = PrefixMemo(
+            "tokens.histories", value_bytes=40, budget=budget
+        )
 
     # -- raw counts (tiktoken tokens, uncorrected) --------------------------------------------
 
@@ -61,15 +64,11 @@ class TokenCounter:
     def count_message(self, msg: Message, key: str | None = None) -> int:
         """Raw count, cached by content_key(msg); pass `key` when the caller already has it."""
         key = key or content_key(msg)
-        cached = self._cache.get(key)
+        cached: int | None = self._cache.get(key)
         if cached is not None:
-            with contextlib.suppress(KeyError):  # another thread may have just evicted it
-                self._cache.move_to_end(key)
             return cached
         count = self._count_uncached(msg)
-        self._cache[key] = count
-        if len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+        self._cache.put(key, count, COUNT_BYTES)
         return count
 
     def message_counts(self, messages: Sequence[Message]) -> list[int]:

@@ -23,7 +23,7 @@ API = "messages"
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 # Copied into the neutral request when present; the rest stays in the raw request only.
 _PASSED = ("model", "max_tokens", "temperature", "top_p", "top_k", "stream")
-SEEN = Seen()  # messages already converted: a session resends them every turn
+SEEN = Seen("seen.anthropic")  # messages already converted: a session resends them every turn
 
 
 def to_neutral(raw: dict[str, Any]) -> Conversion:

@@ -23,7 +23,7 @@ _PASSED = ("model", "temperature", "top_p", "stream", "parallel_tool_calls", "us
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 _CALLS = ("function_call", "custom_tool_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
-SEEN = Seen()  # items already converted: a session resends them every turn
+SEEN = Seen("seen.responses")  # items already converted: a session resends them every turn
 
 
 def to_neutral(raw: dict[str, Any]) -> Conversion:

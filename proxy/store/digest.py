@@ -4,11 +4,8 @@ history's hashes and prefix chain: of a prefix sent before, from memory (strateg
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
-import threading
-from collections import OrderedDict
 from functools import partial
 from operator import itemgetter
 from typing import Any
@@ -16,6 +13,7 @@ from typing import Any
 import orjson
 
 from proxy.store import history
+from strategies.budget import SHARED
 from strategies.messages import message_hash
 from strategies.prefix import PrefixMemo
 
@@ -27,9 +25,8 @@ _MAYBE_FLOAT = re.compile(rb"[:,\[]-?[0-9]+[.eE]")
 
 # orjson's bytes' digest -> message_hash, for messages already seen: an agent resends its
 # whole history every turn, and only the new messages need the float scan.
-SEEN = 20_000  # about 4 MB
-_seen: OrderedDict[bytes, str] = OrderedDict()
-_lock = threading.Lock()
+HASH_BYTES = 250  # an entry: its 32-byte key, the hex digest and the budget's entry
+_seen = SHARED.cache("digest.seen")
 
 
 def fast_message_hash(msg: Any) -> str:
@@ -40,21 +37,16 @@ def fast_message_hash(msg: Any) -> str:
         return message_hash(msg)
     digest = hashlib.sha256(data)
     key = digest.digest()
-    known = _seen.get(key)
+    known: str | None = _seen.get(key)
     if known is not None:
-        with contextlib.suppress(KeyError):  # another thread may have just evicted it
-            _seen.move_to_end(key)
         return known
     exact = message_hash(msg) if _MAYBE_FLOAT.search(data) else digest.hexdigest()
-    with _lock:
-        _seen[key] = exact
-        while len(_seen) > SEEN:
-            _seen.popitem(last=False)
+    _seen.put(key, exact, HASH_BYTES)
     return exact
 
 
 # (message hash, prefix hash) of the histories recent requests sent: a turn hashes only its tail.
-_HASHED: PrefixMemo[tuple[str, str]] = PrefixMemo()
+_HASHED: PrefixMemo[tuple[str, str]] = PrefixMemo("digest.hashed")
 
 
 def hash_messages(messages: list[dict[str, Any]]) -> history.Hashes:

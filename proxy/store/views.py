@@ -175,3 +175,5 @@ class Stats:
     message_bytes: int
     history_entries: int
     by_phase: list[PhaseStats] = field(default_factory=list)
+    # The in-memory caches: bytes used, the budget, each cache's share (strategies/budget.py).
+    caches: dict[str, Any] = field(default_factory=dict)

@@ -11,10 +11,11 @@ import pytest
 from proxy.errors import BadRequest
 from proxy.formats import anthropic, responses
 from proxy.formats.seen import OVERHEAD, Seen
+from strategies.budget import CacheBudget
 
 
 def test_a_resent_item_is_converted_once_and_each_gets_its_own_message() -> None:
-    seen, made = Seen(), []
+    seen, made = Seen("test"), []
 
     def make(item: Any) -> list[dict[str, Any]]:
         made.append(item)
@@ -32,7 +33,7 @@ def test_a_resent_item_is_converted_once_and_each_gets_its_own_message() -> None
 
 
 def test_equal_bytes_only_key_order_and_types_count() -> None:
-    seen, made = Seen(), []
+    seen, made = Seen("test"), []
 
     def make(item: Any) -> list[dict[str, Any]]:
         made.append(item)
@@ -44,7 +45,7 @@ def test_equal_bytes_only_key_order_and_types_count() -> None:
 
 
 def test_a_refused_item_is_refused_again_and_odd_items_are_converted_uncached() -> None:
-    seen, calls = Seen(), []
+    seen, calls = Seen("test"), []
 
     def make(item: Any) -> list[dict[str, Any]]:
         calls.append(item)
@@ -61,10 +62,11 @@ def test_a_refused_item_is_refused_again_and_odd_items_are_converted_uncached() 
 
 
 def test_bounded_by_bytes() -> None:
-    seen = Seen(max_bytes=40 * (100 + OVERHEAD))
+    budget = CacheBudget(40 * (2 * 111 + OVERHEAD))
+    seen = Seen("test", budget)
     for i in range(200):
         seen.convert({"text": f"{i:0100d}"}, lambda item: [{"content": item["text"]}])
-    assert 0 < len(seen._held) <= 40
+    assert 0 < len(seen._held) <= 40 and budget.used <= budget.max_bytes
 
 
 def claude_turn(steps: int) -> dict[str, Any]:

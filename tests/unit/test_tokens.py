@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from proxy.exchange.tokens import IMAGE_TOKENS, PER_MESSAGE, REPLY_PRIMING, TokenCounter
+from proxy.exchange.tokens import (
+    COUNT_BYTES,
+    IMAGE_TOKENS,
+    PER_MESSAGE,
+    REPLY_PRIMING,
+    TokenCounter,
+)
+from strategies.budget import CacheBudget
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +92,11 @@ def test_cache_hits_by_content_not_identity():
 
 
 def test_cache_is_bounded():
-    counter = TokenCounter(cache_size=3)
-    for i in range(10):
+    budget = CacheBudget(24 * COUNT_BYTES)
+    counter = TokenCounter(budget=budget)
+    for i in range(30):
         counter.count_message({"role": "user", "content": str(i)})
-    assert len(counter._cache) == 3
+    assert len(counter._cache) == 24 and budget.used == 24 * COUNT_BYTES
 
 
 def test_correction_applies_in_estimate_only():

@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from strategies.budget import CacheBudget
 from strategies.messages import message_hash
 from strategies.prefix import PrefixMemo
 
@@ -24,7 +25,7 @@ def msg(i: int, content: Any = None) -> dict[str, Any]:
 
 
 def test_a_history_that_grew_computes_only_its_tail() -> None:
-    memo: PrefixMemo[str] = PrefixMemo()
+    memo: PrefixMemo[str] = PrefixMemo("test")
     seen: list[int] = []
     history = [msg(i) for i in range(50)]
     hashed(memo, history, seen)
@@ -34,7 +35,7 @@ def test_a_history_that_grew_computes_only_its_tail() -> None:
 
 
 def test_a_retry_reuses_all_but_its_last_message() -> None:
-    memo: PrefixMemo[str] = PrefixMemo()
+    memo: PrefixMemo[str] = PrefixMemo("test")
     seen: list[int] = []
     history = [msg(i) for i in range(20)]
     hashed(memo, history, seen)
@@ -44,7 +45,7 @@ def test_a_retry_reuses_all_but_its_last_message() -> None:
 
 
 def test_equal_but_differently_typed_values_are_not_confused() -> None:
-    memo: PrefixMemo[str] = PrefixMemo()
+    memo: PrefixMemo[str] = PrefixMemo("test")
     seen: list[int] = []
     ints = [msg(0), {"role": "user", "content": "x", "n": 1}, msg(2)]
     floats = [msg(0), {"role": "user", "content": "x", "n": 1.0}, msg(2)]
@@ -54,10 +55,12 @@ def test_equal_but_differently_typed_values_are_not_confused() -> None:
 
 
 def test_the_memo_stays_within_its_bytes() -> None:
-    memo: PrefixMemo[str] = PrefixMemo(max_bytes=10_000)
+    budget = CacheBudget(40_000)
+    memo: PrefixMemo[str] = PrefixMemo("test", budget=budget)
     for n in range(200):
         hashed(memo, [msg(i, f"session {n} " * 20) for i in range(3)], [])
-    assert memo._size <= 10_000
+    assert 0 < budget.used <= 40_000
+    assert len(memo._index) <= 3 * len(memo._known)  # an evicted list's keys go with it
 
 
 VALUES = st.one_of(st.integers(-3, 3), st.floats(allow_nan=False), st.text(max_size=3))
@@ -66,7 +69,7 @@ MESSAGES = st.lists(st.dictionaries(st.sampled_from(["role", "content", "n"]), V
 
 @given(st.lists(MESSAGES, min_size=1, max_size=6))
 def test_values_always_equal_a_fresh_computation(histories: list[list[dict[str, Any]]]) -> None:
-    memo: PrefixMemo[str] = PrefixMemo(max_bytes=2_000)
+    memo: PrefixMemo[str] = PrefixMemo("test", budget=CacheBudget(2_000))
     base: list[dict[str, Any]] = []
     for more in histories:
         base = [*base[: len(base) // 2], *more]  # grown, rewound or edited
