@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from proxy.store import ahead, history, liveness, pipelined, reads, states, writes
 from proxy.store.digest import hash_messages
+from proxy.store.direct import Direct
 from proxy.store.engine import Writer, make_engine
 from proxy.store.models import (
     CompiledRef,
@@ -95,7 +96,7 @@ class Store:
         head = (session_id, source, key_id, model)
         before = ahead.store_ahead(self._writer, head, messages, raw, chain)
 
-        def work(conn: Connection) -> RequestRef:
+        def work(conn: Direct) -> RequestRef:
             now = utcnow()
             seq = writes.count_exchange(conn, session_id, source, model, now, key_id)
             leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
@@ -199,7 +200,7 @@ class Store:
         # a retry, after the session was deleted meanwhile say, goes the way that looks first.
         tried: list[bool] = []
 
-        def work(conn: Connection) -> None:
+        def work(conn: Direct) -> None:
             now = utcnow()
             quick = self._pg and not tried
             tried.append(True)
@@ -244,6 +245,7 @@ class Store:
         # Run twice, this leaves what running it once does: the answer's message and entry
         # are inserted unless stored, the exchange's columns set to the same values again.
         self._writer.run_core(work, idempotent=True)
+        self._writer.tidy()
 
     def save_progress(self, ref: RequestRef, answer: dict[str, Any]) -> None:
         """The answer streamed so far, kept on the open exchange in case this process dies."""
@@ -344,7 +346,7 @@ class Store:
         """The compaction state of the longest prefix of this history that has one."""
         chain = history.prefix_chain(hashes)
         engine = self._reads or self.engine
-        return pipelined.read(engine, lambda c: states.load(c, session_id, chain))
+        return pipelined.read(engine, lambda c: states.load(Direct(c), session_id, chain))
 
     def _read(self, query: Callable[[Session], T]) -> T:
         def run(conn: Connection) -> T:
