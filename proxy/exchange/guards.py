@@ -24,8 +24,11 @@ T = TypeVar("T")
 
 
 async def unless_gone(request: Request, exchange: Exchange, work: Awaitable[T]) -> T:
-    """`work`, given up when the client disconnects: the upstream request is cancelled too."""
+    """`work`, given up when the client disconnects: the upstream request is cancelled too.
+    Through the exchange's one watcher while it has one."""
     try:
+        if exchange.watch is not None:
+            return await exchange.watch.guard(work)
         return await unless_disconnected(request, work)
     except ClientClosed as exc:
         with anyio.CancelScope(shield=True):

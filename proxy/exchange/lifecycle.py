@@ -11,9 +11,11 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
 import httpx
 from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from proxy.errors import (
     ContextLengthExceeded,
@@ -32,6 +34,7 @@ from proxy.exchange.prepare import prepare
 from proxy.exchange.relay import relay
 from proxy.exchange.steps import Exchange
 from proxy.http.deps import client_key_id
+from proxy.http.disconnect import Watch
 from proxy.observe.timing import Timing
 from proxy.recall import tool as recall
 from proxy.settings import Upstream
@@ -101,27 +104,70 @@ async def _exchange(
             exc.headers = compilation_headers(exchange.refused) | told(key)
         raise
     send = exchange.forward if wire is None else partial(wire.forward, exchange)
-    r, compiled = await _send_fitted(
-        request, exchange, upstream, send, (sendable, counted), compiled
-    )
-    headers = compilation_headers(compiled) | told(key)
-    if exchange.limit is not None:
-        headers["x-ctxproxy-max-tokens"] = f"{asked_tokens(sendable)}->{exchange.limit}"
-    if wire is not None:
-        return await wire.answer(request, exchange, r, upstream, headers, bool(chat.stream))
-    if chat.stream and r.status_code < 400 and up.is_event_stream(r):
+    exchange.watch = Watch(request)
+    try:
+        r, compiled = await _send_fitted(
+            request, exchange, upstream, send, (sendable, counted), compiled
+        )
+        headers = compilation_headers(compiled) | told(key)
+        if exchange.limit is not None:
+            headers["x-ctxproxy-max-tokens"] = f"{asked_tokens(sendable)}->{exchange.limit}"
+        exchange.deferring = True  # the answer's record is written once its bytes are sent
+        try:
+            stream = bool(chat.stream)
+            if wire is not None:
+                answer = await wire.answer(request, exchange, r, upstream, headers, stream)
+            else:
+                answer = await _answer(request, exchange, r, upstream, headers, stream)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await exchange.flush()
+            raise
+    finally:
+        exchange.watch.stop()
+        exchange.watch = None
+    return Recorded(answer, exchange)
+
+
+async def _answer(
+    request: Request,
+    exchange: Exchange,
+    r: httpx.Response,
+    upstream: Upstream,
+    headers: dict[str, str],
+    stream: bool,
+) -> Response:
+    if stream and r.status_code < 400 and up.is_event_stream(r):
         return StreamingResponse(
             relay(exchange, r, upstream),
             r.status_code,
             up.response_headers(r) | headers | exchange.timing_header(),
             media_type="text/event-stream",
         )
-    with timing.span("answer"):
-        await unless_gone(request, exchange, read_checked(r, exchange, upstream, bool(chat.stream)))
+    with exchange.timing.span("answer"):
+        await unless_gone(request, exchange, read_checked(r, exchange, upstream, stream))
         content = await unless_gone(request, exchange, exchange.settle(r))
     return Response(
         content, r.status_code, up.response_headers(r) | headers | exchange.timing_header()
     )
+
+
+class Recorded(Response):
+    """An answer, then its record: the client's bytes go first, and the record is written
+    however sending them ends (a client gone, a cancelled task). A crash in between leaves the
+    exchange open, as one mid-stream does: the next start closes it (store/liveness.py)."""
+
+    def __init__(self, answer: Response, exchange: Exchange) -> None:  # the answer's body
+        self.answer, self.exchange = answer, exchange
+        self.status_code, self.background = answer.status_code, None
+        self.raw_headers = answer.raw_headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.answer(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.exchange.flush()
 
 
 async def _send_fitted(

@@ -4,9 +4,10 @@ decisions, compile, forward, refit, calibrate, record and finish; and the checks
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
@@ -27,6 +28,7 @@ from proxy.exchange.compile import (
 from proxy.exchange.guards import answer_json
 from proxy.exchange.identify import SessionKey
 from proxy.formats.chat_stream import MAX_CHOICES
+from proxy.http.disconnect import Watch
 from proxy.observe import metrics as observe
 from proxy.observe.timing import Timing
 from proxy.recall import rounds
@@ -70,6 +72,10 @@ class Exchange:
         self.tools_removed: list[dict[str, Any]] = []  # set by the wire when it translates
         self.limit: int | None = None  # the answer length forwarded, when lower than asked
         self.refused: Compiled | None = None  # a refused request's figures, for the log
+        # Set once the answer is ready to go: its record is written after its bytes (flush).
+        self.deferring = False
+        self.watch: Watch | None = None  # the client watched for a disconnect, while it is
+        self._pending: list[Callable[[], None]] = []
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this exchange's view starts from."""
@@ -341,7 +347,7 @@ class Exchange:
         if isinstance(calibrating, dict) and self.compiled is not None and status < 400:
             self.calibrate(self.compiled, calibrating.get("prompt_tokens"))
         now = time.monotonic()
-        await run_in_threadpool(
+        write = functools.partial(
             self.store.finish_exchange,
             self.ref,
             status=status,
@@ -358,7 +364,18 @@ class Exchange:
         )
         if status < 400 and not partial:  # later requests resend or quote it (conversations.py)
             self.services.conversations.answered(self.ref.session_id, self.messages, response)
+        if self.deferring:  # the audit API's reads wait for it (Store.expect_finish)
+            self.store.expect_finish(self.ref.session_id)
+            self._pending.append(functools.partial(write, expected=True))
+        else:
+            await run_in_threadpool(write)
         observe.exchange_finished(self, status, now, first, response, partial, error)
+
+    async def flush(self) -> None:
+        """Write the records deferred while the answer was sent; from now on, at once."""
+        self.deferring = False
+        while self._pending:
+            await run_in_threadpool(self._pending.pop(0))
 
     async def finish_from_data(self, status: int, data: dict[str, Any]) -> None:
         choices = data.get("choices") or [{}]

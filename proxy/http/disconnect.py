@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -43,3 +45,39 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     if not result:  # finished work is returned even if the client just left: the caller closes it
         raise ClientClosed("The client closed the connection before the answer")
     return result[0]
+
+
+class Watch:
+    """One task watching the client for a whole exchange (its body read, the next ASGI message
+    can only be the disconnect): what is awaited through `guard` is cancelled when it comes.
+    One task per exchange, where a task group per awaited step cost three."""
+
+    def __init__(self, request: Request) -> None:
+        self.gone = False
+        self._scope: anyio.CancelScope | None = None
+        self._task = asyncio.get_running_loop().create_task(self._watch(request))
+
+    async def _watch(self, request: Request) -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        self.gone = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def guard(self, work: Awaitable[T]) -> T:
+        """Await `work`, cancelled if the client disconnects meanwhile; finished work is
+        returned even if the client just left (the caller closes it)."""
+        if not self.gone:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                try:
+                    return await work
+                finally:
+                    self._scope = None
+        elif inspect.iscoroutine(work):
+            work.close()
+        raise ClientClosed("The client closed the connection before the answer")
+
+    def stop(self) -> None:
+        """Before the answer is sent: the response watches the client from then on."""
+        self._task.cancel()

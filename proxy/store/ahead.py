@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection
-
 from proxy.store import history, writes
+from proxy.store.direct import Direct
 from proxy.store.engine import Writer, insert_ignore
 from proxy.store.models import SessionRow, utcnow
 
@@ -35,7 +34,7 @@ def store_ahead(
         return 0
     while done + AHEAD < last:
 
-        def work(conn: Connection, done: int = done) -> tuple[int, int]:
+        def work(conn: Direct, done: int = done) -> tuple[int, int]:
             now = utcnow()
             row = writes.session_row(session_id, source, model, now, key_id)
             insert_ignore(conn, SessionRow, [row])

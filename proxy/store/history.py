@@ -20,6 +20,7 @@ from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from proxy.store import direct
 from proxy.store.engine import (
     Executor,
     dialect_of,
@@ -147,8 +148,10 @@ def any_stored(s: Executor, session_id: str, chain: Sequence[str]) -> bool:
 @lru_cache(maxsize=64)
 def stored_prefixes(n: int) -> Any:
     """For `n` prefix hashes, parameters c0… (engine.listed)."""
-    return select(EntryRow.prefix_hash, EntryRow.id).where(
-        EntryRow.session_id == bindparam("sid"), one_of(EntryRow.prefix_hash, "c", n)
+    return direct.hot(
+        select(EntryRow.prefix_hash, EntryRow.id).where(
+            EntryRow.session_id == bindparam("sid"), one_of(EntryRow.prefix_hash, "c", n)
+        )
     )
 
 

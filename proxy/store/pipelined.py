@@ -11,12 +11,14 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
 
+from proxy.store.direct import Direct
+
 log = logging.getLogger("ctxproxy.store")
 T = TypeVar("T")
 PIPELINE = "ctxproxy_pipeline"  # key in a pooled connection's info: its open pipeline
 
 
-def transaction(engine: Engine, work: Callable[[Connection], T], idempotent: bool = False) -> T:
+def transaction(engine: Engine, work: Callable[[Direct], T], idempotent: bool = False) -> T:
     """Run `work` in one transaction and commit it. A connection that turns out dead is
     replaced once, but only when the failure came before COMMIT was sent: the server then
     rolled the transaction back, so running it again cannot write anything twice. Work that
@@ -30,7 +32,7 @@ def transaction(engine: Engine, work: Callable[[Connection], T], idempotent: boo
                 if _can_pipeline(conn):
                     return _pipelined(conn, work, sent)
                 with conn.begin() as trans:
-                    result = work(conn)
+                    result = work(Direct(conn))
                     sent.append(True)
                     trans.commit()
                     return result
@@ -46,7 +48,7 @@ def _can_pipeline(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql" and hasattr(raw, "pipeline")
 
 
-def _pipelined(conn: Connection, work: Callable[[Connection], T], sent: list[bool]) -> T:
+def _pipelined(conn: Connection, work: Callable[[Direct], T], sent: list[bool]) -> T:
     """BEGIN travels with the first statement that must wait; the rest and COMMIT leave
     together at the pipeline's end, one round trip. psycopg would sync after a BEGIN of its
     own, so the connection is in autocommit mode and the transaction is spelled out."""
@@ -61,7 +63,7 @@ def _pipelined(conn: Connection, work: Callable[[Connection], T], sent: list[boo
             # BEGIN and COMMIT straight to the driver: SQLAlchemy has nothing to add to them
             # (it sees an autocommit connection) but its cost per statement.
             raw.execute("BEGIN")
-            result = work(conn)
+            result = work(Direct(conn))
             raw.execute("COMMIT")
             sent.append(True)
     except DBAPIError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, select
 
-from proxy.store import history
+from proxy.store import direct, history
 from proxy.store.engine import Executor, listed, one_of
 from proxy.store.models import EntryRow, ExchangeRow, ViewStateRow
 from strategies.events import CompactionEvent
@@ -122,7 +122,7 @@ def _probe(s: Executor, session_id: str, window: Sequence[str]) -> Any:
 def _latest_state(n: int) -> Any:
     """Built once per list length (building costs more than running it): rows, not ORM
     objects."""
-    return (
+    return direct.hot(
         select(*ViewStateRow.__table__.c, ExchangeRow.prompt_tokens)
         .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
         .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
@@ -135,7 +135,7 @@ def _latest_state(n: int) -> Any:
 @cache
 def _any_state() -> Any:
     where = ViewStateRow.session_id == bindparam("sid")
-    return select(ViewStateRow.exchange_id).where(where).limit(1)
+    return direct.hot(select(ViewStateRow.exchange_id).where(where).limit(1))
 
 
 def _decode(s: Executor, stored: Any) -> ViewState:

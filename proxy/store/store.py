@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from proxy.store import ahead, history, install, liveness, pipelined, reads, states, writes
 from proxy.store.digest import hash_messages
+from proxy.store.direct import Direct
 from proxy.store.engine import Writer, make_engine
 from proxy.store.models import (
     CompiledRef,
@@ -37,6 +40,7 @@ from strategies.messages import message_hash
 
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")
+SETTLE_S = 2.0  # at most this long an audit read waits for finishes being written
 
 
 class Store:
@@ -51,6 +55,9 @@ class Store:
         )
         self.instance: str | None = None  # this process's InstanceRow id, once registered
         self._ids_key: bytes | None = None
+        # Exchanges answered whose finish is still being written, by session (expect_finish).
+        self._unsettled: collections.Counter[str] = collections.Counter()
+        self._settling = threading.Condition()
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -102,7 +109,7 @@ class Store:
         head = (session_id, source, key_id, model)
         before = ahead.store_ahead(self._writer, head, messages, raw, chain)
 
-        def work(conn: Connection) -> RequestRef:
+        def work(conn: Direct) -> RequestRef:
             now = utcnow()
             seq = writes.count_exchange(conn, session_id, source, model, now, key_id)
             leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
@@ -196,6 +203,7 @@ class Store:
         choices: Sequence[dict[str, Any] | None] | None = None,
         recalls: list[dict[str, Any]] | None = None,
         sent_usage: dict[str, Any] | None = None,
+        expected: bool = False,
     ) -> None:
         """Close an exchange; its answer (complete or partial) joins the session's history,
         the answers of further choices (n > 1) are kept beside it. `usage` is what the client
@@ -206,7 +214,7 @@ class Store:
         # a retry, after the session was deleted meanwhile say, goes the way that looks first.
         tried: list[bool] = []
 
-        def work(conn: Connection) -> None:
+        def work(conn: Direct) -> None:
             now = utcnow()
             quick = self._pg and not tried
             tried.append(True)
@@ -250,7 +258,33 @@ class Store:
 
         # Run twice, this leaves what running it once does: the answer's message and entry
         # are inserted unless stored, the exchange's columns set to the same values again.
-        self._writer.run_core(work, idempotent=True)
+        try:
+            self._writer.run_core(work, idempotent=True)
+        finally:
+            if expected:
+                self._settled(ref.session_id)
+        self._writer.tidy()
+
+    def expect_finish(self, session_id: str) -> None:
+        """An exchange's finish is written after its answer was sent (`expected=True`): until
+        it is, the audit API's reads of that session (and of every session) wait for it, so
+        that a client reads what it was answered."""
+        with self._settling:
+            self._unsettled[session_id] += 1
+
+    def _settled(self, session_id: str) -> None:
+        with self._settling:
+            self._unsettled[session_id] -= 1
+            if self._unsettled[session_id] <= 0:
+                del self._unsettled[session_id]
+            self._settling.notify_all()
+
+    def _wait_settled(self, session_id: str | None = None) -> None:
+        with self._settling:
+            self._settling.wait_for(
+                lambda: not (self._unsettled[session_id] if session_id else self._unsettled),
+                timeout=SETTLE_S,
+            )
 
     def save_progress(self, ref: RequestRef, answer: dict[str, Any]) -> None:
         """The answer streamed so far, kept on the open exchange in case this process dies."""
@@ -351,9 +385,13 @@ class Store:
         """The compaction state of the longest prefix of this history that has one."""
         chain = history.prefix_chain(hashes)
         engine = self._reads or self.engine
-        return pipelined.read(engine, lambda c: states.load(c, session_id, chain))
+        return pipelined.read(engine, lambda c: states.load(Direct(c), session_id, chain))
 
-    def _read(self, query: Callable[[Session], T]) -> T:
+    def _read(self, query: Callable[[Session], T], session_id: str | None = None) -> T:
+        """An audit read, once the finishes of exchanges already answered are written."""
+        if self._unsettled:
+            self._wait_settled(session_id)
+
         def run(conn: Connection) -> T:
             with Session(bind=conn) as s:
                 return query(s)
@@ -366,31 +404,31 @@ class Store:
         return self._read(lambda s: reads.list_sessions(s, limit, offset, key_id))
 
     def session_owner(self, session_id: str) -> tuple[bool, str | None]:
-        return self._read(lambda s: reads.session_owner(s, session_id))
+        return self._read(lambda s: reads.session_owner(s, session_id), session_id)
 
     def get_session(self, session_id: str) -> SessionDetail | None:
-        return self._read(lambda s: reads.get_session(s, session_id))
+        return self._read(lambda s: reads.get_session(s, session_id), session_id)
 
     def get_history(self, session_id: str, leaf_entry_id: int | None = None) -> History | None:
         """The latest branch of a session's raw history, or the one ending at leaf_entry_id."""
-        return self._read(lambda s: reads.get_history(s, session_id, leaf_entry_id))
+        return self._read(lambda s: reads.get_history(s, session_id, leaf_entry_id), session_id)
 
     def list_exchanges(
         self, session_id: str, limit: int = 1000, offset: int = 0
     ) -> list[ExchangeSummary] | None:
-        return self._read(lambda s: reads.list_exchanges(s, session_id, limit, offset))
+        return self._read(lambda s: reads.list_exchanges(s, session_id, limit, offset), session_id)
 
     def page_exchanges(
         self, session_id: str, limit: int = 1000, offset: int = 0
     ) -> ExchangePage | None:
-        return self._read(lambda s: reads.page_exchanges(s, session_id, limit, offset))
+        return self._read(lambda s: reads.page_exchanges(s, session_id, limit, offset), session_id)
 
     def last_seq(self, session_id: str) -> int:
         """The number of the session's newest request (0 without a session)."""
         return self._read(lambda s: getattr(s.get(SessionRow, session_id), "last_seq", 0) or 0)
 
     def get_exchange(self, session_id: str, seq: int) -> ExchangeDetail | None:
-        return self._read(lambda s: reads.get_exchange(s, session_id, seq))
+        return self._read(lambda s: reads.get_exchange(s, session_id, seq), session_id)
 
     def get_message(self, hash_or_prefix: str, key_id: str | None = None) -> StoredMessage | None:
         """By full hash or unique prefix; raises AmbiguousPrefix if several match. With

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, delete, exists, insert, select, update
+from sqlalchemy import Table, bindparam, delete, exists, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -44,7 +44,7 @@ def session_row(
 
 
 def next_seq(
-    s: Session | Connection,
+    s: Executor,
     session_id: str,
     source: str,
     model: str,
@@ -70,7 +70,7 @@ def next_seq(
 
 
 def count_exchange(
-    s: Connection, session_id: str, source: str, model: str, now: Any, key_id: str | None
+    s: Executor, session_id: str, source: str, model: str, now: Any, key_id: str | None
 ) -> int | None:
     """Insert the session or take its next exchange number, as next_seq does; where the
     exchange's own insert can read that number (SQLite, PostgreSQL), nothing waits for this
@@ -110,7 +110,7 @@ def collect_garbage(s: Session, candidates: list[str]) -> None:
         )
 
 
-def leaf_of(conn: Connection, ref: RequestRef) -> tuple[int, str]:
+def leaf_of(conn: Executor, ref: RequestRef) -> tuple[int, str]:
     """The position and prefix hash of the request's last entry (known since it was stored)."""
     if ref.leaf_position is not None and ref.leaf_prefix is not None:
         return ref.leaf_position, ref.leaf_prefix
@@ -228,7 +228,7 @@ class Linked:
 
 
 def link_answer(
-    conn: Connection,
+    conn: Executor,
     ref: RequestRef,
     response: dict[str, Any] | None,
     answer: str | None,
@@ -276,7 +276,7 @@ def finish_linked_exchange() -> Any:
 
 
 def answer_entry(
-    conn: Connection,
+    conn: Executor,
     ref: RequestRef,
     response: dict[str, Any] | None,
     answer: str | None,

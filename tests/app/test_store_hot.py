@@ -1,0 +1,70 @@
+"""The store's hot path: statements on the driver's cursor read back as SQLAlchemy's did, and
+SQLite's write-ahead log kept in check while a session runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from proxy.store import Store
+from proxy.store.request import NewRequest
+
+
+def turn(store: Store, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    new = NewRequest(
+        session_id="s",
+        source="header",
+        key_id=None,
+        messages=messages,
+        request={"model": "m"},
+        model="m",
+        upstream="u",
+        stream=False,
+        compiled=messages,
+        tokens_original=10,
+        tokens_compiled=10,
+        budget=None,
+        window=None,
+        pipeline=[],
+        events=[],
+        decided=None,
+    )
+    ref = store.record_request(new)
+    answer = {"role": "assistant", "content": f"answer {len(messages)} " + "x" * 2000}
+    store.finish_exchange(
+        ref,
+        status=200,
+        latency_ms=1.0,
+        ttft_ms=None,
+        response=answer,
+        partial=False,
+        usage={"prompt_tokens": 7},
+        error=None,
+    )
+    return [*messages, answer, {"role": "user", "content": f"next {len(messages)}"}]
+
+
+def test_the_write_ahead_log_stops_growing_while_a_session_runs(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    store.upgrade()
+    wal = tmp_path / "store.db-wal"
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    sizes = []
+    try:
+        for _ in range(3):
+            for _ in range(150):
+                messages = turn(store, messages)
+            sizes.append(wal.stat().st_size)
+        history = store.get_history("s")
+    finally:
+        store.close()
+    # Checkpointed, the log is written from its start again: it keeps the size it first had.
+    assert sizes[2] <= sizes[0] * 1.2, sizes
+    assert history is not None and len(history.messages) == len(messages) - 1
+    reopened = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        last = reopened.get_exchange("s", 450)
+    finally:
+        reopened.close()
+    assert last is not None and last.exchange.status == 200
+    assert last.response == messages[-2]
