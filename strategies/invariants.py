@@ -117,7 +117,8 @@ def kept_in_latest(compiled: Message, original: Message) -> bool:
         return True
     if isinstance(content, str) and _head_cut(content, text_of(original)):
         return True
-    return _marker_after(content, original.get("content"))
+    sent = original.get("content")
+    return _marker_after(content, sent) or _marker_before(content, sent)
 
 
 ELIDED = ("[Output of tool ", "[User message elided", "[User message folded")
@@ -147,6 +148,21 @@ def _marker_after(content: Any, sent: Any) -> bool:
     return str(content).startswith(f"{sent}\n\n{MARKER}" if sent else MARKER)
 
 
+def _marker_before(content: Any, sent: Any) -> bool:
+    """A user message led by a forget marker, its own text whole after it."""
+    if isinstance(content, list):
+        return (
+            content[1:] == sent
+            and isinstance(content[0], dict)
+            and str(content[0].get("text", "")).startswith(MARKER)
+        )
+    return (
+        isinstance(sent, str)
+        and str(content).startswith(MARKER)
+        and (str(content).endswith(f"\n\n{sent}"))
+    )
+
+
 def _clashes(messages: Sequence[Message]) -> set[str]:
     """Roles that stand twice in a row (user after user, assistant after assistant)."""
     return {
@@ -161,4 +177,10 @@ def _prompts(messages: Sequence[Message]) -> list[Message]:
 
 
 def _users(messages: Sequence[Message]) -> list[Message]:
-    return [m for m in messages if m.get("role") == "user"]
+    """The user messages, less a forget marker standing alone in the user's voice."""
+    return [m for m in messages if m.get("role") == "user" and not _standalone_marker(m)]
+
+
+def _standalone_marker(msg: Message) -> bool:
+    content = msg.get("content")
+    return isinstance(content, str) and content.startswith(MARKER) and "\n\n" not in content
