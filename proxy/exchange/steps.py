@@ -16,7 +16,7 @@ from proxy.errors import (
     ContextLengthExceeded,
     ProxyError,
 )
-from proxy.exchange.calibrate import exact_prompt_tokens, next_factor
+from proxy.exchange.calibrate import Opened, exact_prompt_tokens, next_factor
 from proxy.exchange.compile import (
     Compiled,
     answer_limit,
@@ -70,6 +70,7 @@ class Exchange:
         self.tools_removed: list[dict[str, Any]] = []  # set by the wire when it translates
         self.limit: int | None = None  # the answer length forwarded, when lower than asked
         self.refused: Compiled | None = None  # a refused request's figures, for the log
+        self.opened: tuple[str, Opened] | None = None  # until the answer is recorded
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this exchange's view starts from."""
@@ -105,6 +106,22 @@ class Exchange:
         thread hop (each costs a loop turn), unless exact counts ask the upstream in between.
         `bodies`: as the client sent it, as it is to be sent, as it is counted (with the
         recall tool where it may be offered); `factor` the upstream's calibration."""
+        body, sendable, counted = bodies
+        length = len(body["messages"])
+        # The previous answer's calibration is in the state read below, never half the time.
+        await self.services.calibration.settled(key.id, length)
+        compiled = await self._open_either(key, bodies, upstream, window, factor)
+        self.opened = (key.id, self.services.calibration.opened(key.id, length))
+        return compiled
+
+    async def _open_either(
+        self,
+        key: SessionKey,
+        bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+        upstream: Upstream,
+        window: int | None,
+        factor: float,
+    ) -> Compiled:
         body, sendable, counted = bodies
         if upstream.tokenizer == "upstream" and window is not None:
             with self.timing.span("store"):
@@ -358,6 +375,9 @@ class Exchange:
         )
         if status < 400 and not partial:  # later requests resend or quote it (conversations.py)
             self.services.conversations.answered(self.ref.session_id, self.messages, response)
+        if self.opened is not None:  # recorded: the session's next request may read it
+            self.services.calibration.closed(*self.opened)
+            self.opened = None
         observe.exchange_finished(self, status, now, first, response, partial, error)
 
     async def finish_from_data(self, status: int, data: dict[str, Any]) -> None:
