@@ -30,6 +30,7 @@ from proxy.formats.chat_stream import MAX_CHOICES
 from proxy.observe import metrics as observe
 from proxy.observe.timing import Timing
 from proxy.recall import rounds
+from proxy.recall.followed import mark_rereads
 from proxy.recall.rounds import Rounds, folded
 from proxy.settings import Upstream
 from proxy.store import RequestRef
@@ -354,6 +355,8 @@ class Exchange:
         if self.ref is None:
             return
         sent_usage = self.rounds.first_usage() if self.rounds else None
+        if self.rounds is not None and self.rounds.records:
+            mark_rereads(self.rounds.records, response)  # did the recall spare a re-read?
         calibrating = sent_usage or usage
         if isinstance(calibrating, dict) and self.compiled is not None and status < 400:
             self.calibrate(self.compiled, calibrating.get("prompt_tokens"))

@@ -137,7 +137,7 @@ def run(
         text, outcome = _by_query(search, query, messages, room, count, Deadline(seconds))
     else:
         return _bad('give a non-empty "ref" (e.g. "history:12") or "query" (words or a regex)')
-    if outcome != "ok":  # a short answer (nothing found, a bad ref): always said
+    if outcome not in ("ok", "truncated"):  # a short answer (nothing found, a bad ref)
         return Recalled(text, outcome, count(text))
     return _fit(text, outcome, room, count) if room >= MIN_ROOM else NO_ROOM
 
@@ -241,7 +241,7 @@ def _by_query(
     while True:  # whole units only: the last goes while the whole answer is over the room
         text = _head(hits, len(sections), how + stopped, skipped) + "\n\n" + "\n\n".join(sections)
         if len(sections) == 1 or count(text) <= room:
-            return text, "ok"
+            return text, "truncated" if skipped else "ok"
         sections.pop()
         skipped.append(-1)
 
@@ -250,7 +250,10 @@ def _head(hits: int, units: int, how: str, skipped: list[int]) -> str:
     more = ""
     if skipped:
         places = ", ".join(f"history:{i}" for i in sorted({i for i in skipped if i >= 0})[:8])
-        more = f"; {len(skipped)} more not shown for room ({places}): narrow the query"
+        more = (
+            f"; {len(skipped)} more not shown for room ({places}): narrow it with a more "
+            "specific query"
+        )
     return (
         f"[ctxproxy_recall: {hits} matching lines; {units} whole "
         f"{'unit' if units == 1 else 'units'} (function, failure block or message), "

@@ -8,6 +8,7 @@ from typing import Any
 
 from proxy.exchange.tokens import TokenCounter
 from proxy.recall import tool as recall
+from proxy.recall.followed import mark_rereads, reread_share
 
 COUNTER = TokenCounter()
 REPORT = (Path(__file__).parent / "strategies/fixtures/pytest_failures.txt").read_text()
@@ -84,3 +85,24 @@ def test_results_fit_the_room_newest_first_and_are_the_same_every_time():
 def test_a_recall_that_cannot_help_says_so_in_one_line():
     got = ask("nothing like this anywhere")
     assert got.startswith("[ctxproxy_recall: nothing") and "\n" not in got
+
+
+def answer_reading(path: str) -> dict[str, Any]:
+    call = {"id": "r", "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": path})}}  # fmt: skip
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def test_a_recall_followed_by_a_read_of_what_it_brought_back_counts_as_a_reread():
+    history = [{"role": "user", "content": "go"}, *tool(0, "read_file", python_module(30))]
+    history[1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"path": "shop/price.py"})
+    got = recall.run(json.dumps({"query": "def price_3"}), history, ["a", "b", "c"], 2000,
+                     COUNTER.text)  # fmt: skip
+    records = [{"outcome": got.outcome, "result": got.text}]
+    mark_rereads(records, answer_reading("./shop/price.py"))
+    assert records[0]["reread"] is True
+    mark_rereads(records, answer_reading("shop/other.py"))  # another file: the recall served
+    assert records[0]["reread"] is False
+    nothing = [{"outcome": "no_match", "result": "[ctxproxy_recall: nothing …]"}]
+    mark_rereads(nothing, answer_reading("shop/other.py"))  # found nothing, went to look
+    assert nothing[0]["reread"] is True and reread_share(records + nothing) == 0.5
