@@ -35,7 +35,7 @@ from strategies.messages import (
 from strategies.options import ForgetOptions
 from strategies.registry import register
 from strategies.state import runs
-from strategies.working_set import working_set
+from strategies.working_set import first_steps, footing
 
 LABEL = "forget"
 SEPARATOR = "\n\n"  # between a merged marker and its host's own text
@@ -62,7 +62,7 @@ def drop_oldest(
     lineage = ctx.lineage or Lineage(messages)
     ctx = replace(ctx, lineage=lineage)
     view = _without_marker(messages, lineage) if marker else list(messages)
-    held = set(working_set(view, ctx)) if marker else set()
+    held = set(footing(view, ctx)) if marker else set()
     units = _units(view, ctx, held, marker)
     room = (_reserve(ctx, lineage) if reserve is None else reserve) if marker else 0
     dropped = _choose(view, units, held, ctx, room)
@@ -139,16 +139,14 @@ def _units(view: list[Message], ctx: Context, held: set[int], marker: bool) -> l
     last = iters[-1] if iters else 0
     early = marker and ctx.pressure < FORGET_ANY
     keep = held if marker and ctx.pressure < LAST_RESORT else set()
-    head = int(ctx.opts(ForgetOptions).keep_first * ctx.room()) if early else 0
+    share = ctx.opts(ForgetOptions).keep_first
+    head = first_steps(view, ctx, share, verbatim=True) if early else set()
     units = []
     for it, group in groupby(range(len(view)), key=lambda i: iters[i]):
         idx = list(group)
-        if idx[0] > task and head > 0:
-            head -= sum(ctx.count(view[i]) for i in idx)
-            if head >= 0:
-                units.append(Unit(idx[0], idx[-1] + 1, False))
-                continue
-            head = 0
+        if idx[0] in head:
+            units.append(Unit(idx[0], idx[-1] + 1, False))
+            continue
         droppable = (
             it >= 0
             and idx[0] > task

@@ -20,11 +20,16 @@ from strategies.messages import (
     tool_calls,
     with_content,
 )
+from strategies.reports import naming_lines
 
 MAX_EVIDENCE_LINES = 40  # phase-1 keeps the last ones: the final error is nearest the end
 # A placeholder that keeps evidence keeps only the most telling lines: a fold must stay small.
 EXCERPT_LINES = 8
 EXCERPT_CHARS = 600
+# A failing-test report keeps each failure's name and place beside its `E` lines: more room,
+# still a fraction of the report (which runs to thousands of characters when it fails).
+REPORT_LINES = 24
+REPORT_CHARS = 1600
 ARG_CHARS = 40
 USER_HEAD_CHARS = 300  # a folded user message keeps its first lines up to this length
 _NOTE = "[Truncated — 00,000 chars removed; ctxproxy_recall original: /messages/0123456789abcdef]"
@@ -78,19 +83,25 @@ def folded_user(msg: Message, *, min_chars: int) -> Message | None:
 
 @text_cache()
 def excerpt(text: str) -> tuple[str, ...]:
-    """The most telling evidence lines that fit EXCERPT_LINES and EXCERPT_CHARS, in text order.
+    """The most telling evidence lines that fit EXCERPT_LINES and EXCERPT_CHARS, in text order;
+    for a failing-test report, first the lines naming each failure and its place, within
+    REPORT_LINES and REPORT_CHARS.
 
     Cached: an old output is folded again on every turn of a session.
     """
     lines = text.split("\n")
+    best = ranked(lines)
+    names = naming_lines(lines)
+    order = [*best[:1], *names, *best[1:]] if names else best
+    most, room = (REPORT_LINES, REPORT_CHARS) if names else (EXCERPT_LINES, EXCERPT_CHARS)
     picked: list[int] = []
     used = 0
     seen: set[str] = set()
-    for i in ranked(lines):
-        if len(picked) == EXCERPT_LINES:
+    for i in order:
+        if len(picked) == most:
             break
         line = lines[i]
-        if line not in seen and used + len(line) + 1 <= EXCERPT_CHARS:
+        if line not in seen and used + len(line) + 1 <= room:
             seen.add(line)  # the same failure twice tells nothing new
             picked.append(i)
             used += len(line) + 1

@@ -7,8 +7,13 @@ the call names and ids; over budget it also folds old tool outputs to bare place
 
 The working set (the newest error output and the newest failing-test list) is what the next
 step most likely needs: phase 2 folds it (keeping its evidence) only once the keep window is
-gone, phase 3 makes it bare only as the last resort. Old long user messages (pasted logs) fold
-like tool output in phase 2.
+gone, phase 3 makes it bare only as the last resort. So does the newest read of a file the
+agent is editing (strategies/reads.py), which no phase truncates: an edit copies from it. Old
+long user messages (pasted logs) fold like tool output in phase 2.
+
+Two things no phase touches before the last resort: small outputs (a file listing, a short
+status: SMALL_TOKENS), whose fold frees little and costs a re-run when they are needed again,
+and the first steps `forget` keeps (keep_first), which stay verbatim or not at all.
 """
 
 from __future__ import annotations
@@ -16,15 +21,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from strategies.compact import compact_until
-from strategies.context import ALL_PHASES, LAST_RESORT, NO_KEEP_WINDOW, Context, StrategyResult
+from strategies.context import (
+    ALL_PHASES,
+    FORGET_ANY,
+    LAST_RESORT,
+    NO_KEEP_WINDOW,
+    Context,
+    StrategyResult,
+)
 from strategies.forms import folded_output, folded_user, skeleton, truncated
 from strategies.messages import Message, iterations, old_indexes, tool_names
-from strategies.options import TieredOptions
+from strategies.options import ForgetOptions, TieredOptions
+from strategies.reads import live_reads
 from strategies.registry import register
 from strategies.traceback import last_resort_indexes
-from strategies.working_set import working_set
+from strategies.working_set import first_steps, footing, raw_count
 
-LIGHT_MIN_TOKENS = 256  # the light step leaves shorter outputs as they are
+# A fold leaves a placeholder of ~40 tokens and frees the rest; when the output is needed
+# again the agent re-runs the call, which costs a step and the output's tokens anew. Below
+# 256 tokens a fold frees under ~216 tokens (about 3% of an 8k window's room) against that
+# step: a 27-line listing (~150 tokens) freed ~110 and was re-run 5-6 times a task.
+SMALL_TOKENS = 256
 
 REASONS = {
     1: "old tool outputs truncated to head and evidence",
@@ -51,12 +68,15 @@ def _transform(phase: int, messages: list[Message], ctx: Context) -> Callable:
 
 
 def _candidates(phase: int, messages: list[Message], ctx: Context) -> list[int]:
-    """Oldest first; the working set folds (keeping its evidence) only once the keep window
-    is gone, and goes bare only as the last resort, after everything else."""
-    tools = old_indexes(messages, ctx.keep_recent(), roles=("tool",))
+    """Oldest first; the footing (working set, live reads) folds (keeping its evidence) only
+    once the keep window is gone, and goes bare only as the last resort, after everything
+    else. Small outputs and the kept first steps wait for the last resort."""
+    spared = _spared(messages, ctx)
+    tools = [i for i in old_indexes(messages, ctx.keep_recent(), ("tool",)) if i not in spared]
     if phase == 1:
-        return tools
-    held = [i for i in working_set(messages, ctx) if i in tools]
+        reads = set(live_reads(messages, ctx))
+        return [i for i in tools if i not in reads]
+    held = [i for i in footing(messages, ctx) if i in tools]
     tools = [i for i in tools if i not in held]
     if phase == 2:
         users = old_indexes(messages, ctx.keep_recent(), roles=("user",))
@@ -72,6 +92,21 @@ def _candidates(phase: int, messages: list[Message], ctx: Context) -> list[int]:
     assistants = old_indexes(messages, ctx.keep_recent(), roles=("assistant",))
     bare = held if ctx.pressure >= LAST_RESORT else []
     return assistants + (tools + bare if ctx.pressure >= ALL_PHASES else [])
+
+
+def _spared(messages: list[Message], ctx: Context) -> set[int]:
+    """Outputs no phase touches below the last resort: small ones, and (below FORGET_ANY,
+    while `forget` keeps them) those of the first steps."""
+    if ctx.pressure >= LAST_RESORT:
+        return set()
+    small = {
+        i
+        for i, m in enumerate(messages)
+        if m.get("role") == "tool" and raw_count(m, ctx) < SMALL_TOKENS
+    }
+    if ctx.pressure >= FORGET_ANY:
+        return small
+    return small | first_steps(messages, ctx, ForgetOptions().keep_first)
 
 
 def protected_users(messages: list[Message]) -> set[int]:
@@ -106,14 +141,10 @@ def tiered(messages: list[Message], ctx: Context) -> StrategyResult:
 def fold_newest(messages: list[Message], ctx: Context) -> StrategyResult:
     """The light step: old tool outputs folded newest first (those just behind the keep
     window), so what changes sits near the end of the view and the prefix before it stays in
-    the model server's cache. The working set is left alone, and so are short outputs (a
+    the model server's cache. The footing is left alone, and so are short outputs (a
     config file, a one-line answer): little room to gain, and often the exact value needed."""
-    held = set(working_set(messages, ctx))
-    tools = [
-        i
-        for i in old_indexes(messages, ctx.keep_recent(), ("tool",))
-        if i not in held and ctx.count(messages[i]) >= LIGHT_MIN_TOKENS
-    ]
+    held = set(footing(messages, ctx)) | _spared(messages, ctx)
+    tools = [i for i in old_indexes(messages, ctx.keep_recent(), ("tool",)) if i not in held]
     return compact_until(
         messages,
         ctx,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from strategies.compact import compact_until
-from strategies.context import LAST_RESORT, Context, StrategyResult
+from strategies.context import FORGET_ANY, LAST_RESORT, Context, StrategyResult
 from strategies.elide import elide
 from strategies.messages import (
     Message,
@@ -14,8 +14,10 @@ from strategies.messages import (
     tool_names,
     with_content,
 )
-from strategies.options import TracebackOptions
+from strategies.options import ForgetOptions, TracebackOptions
+from strategies.reads import live_reads
 from strategies.registry import register
+from strategies.working_set import first_steps
 
 HEAD_CHARS, TAIL_CHARS = 600, 300
 
@@ -60,7 +62,13 @@ def traceback(messages: list[Message], ctx: Context) -> StrategyResult:
         name = names.get(raw.get("tool_call_id", ""), "?")
         return elided(raw, name, min_chars=o.min_chars, head=o.head_lines, tail=o.tail_lines)
 
-    candidates = old_indexes(messages, ctx.keep_recent(), roles=("tool",))
+    # The newest read of a file being edited stays verbatim (an edit copies from it), and so
+    # do the first steps `forget` keeps (verbatim or not at all).
+    spared = set(live_reads(messages, ctx)) if ctx.pressure < LAST_RESORT else set()
+    if ctx.pressure < FORGET_ANY:
+        spared |= first_steps(messages, ctx, ForgetOptions().keep_first)
+    old = old_indexes(messages, ctx.keep_recent(), roles=("tool",))
+    candidates = [i for i in old if i not in spared]
     if ctx.pressure >= LAST_RESORT:
         # Last resort before an overflow: the latest tool outputs, the task and the latest user
         # message too, evidence kept verbatim.

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from itertools import groupby
 
 from strategies.calls import calls_by_id, is_viewing
 from strategies.context import Context
 from strategies.evidence import bears_failure
 from strategies.memo import text_cache
-from strategies.messages import Message, text_of
+from strategies.messages import Message, iterations, text_of
+from strategies.reads import live_reads
 
 FAILING_TESTS = re.compile(
     r"^(?:FAILED|ERROR) \S+(?:::| - )|^\s*--- FAIL: |^test \S+ \.\.\. FAILED$|^\s+[✕×] "
@@ -65,3 +67,37 @@ def working_set(messages: Sequence[Message], ctx: Context) -> list[int]:
         if "tests" not in found and lists_failing_tests(text):
             found["tests"] = i
     return sorted(set(found.values()))
+
+
+def footing(messages: Sequence[Message], ctx: Context) -> list[int]:
+    """What deeper folds and forgetting leave alone until the budget leaves no choice: the
+    working set and the newest reads of files the agent is editing (strategies/reads.py)."""
+    return sorted(set(working_set(messages, ctx)) | set(live_reads(messages, ctx)))
+
+
+def raw_count(msg: Message, ctx: Context) -> int:
+    """Tokens of the message as the client sent it: what a fold would free."""
+    return ctx.count(ctx.lineage.origin(msg) if ctx.lineage else msg)
+
+
+def first_steps(
+    messages: Sequence[Message], ctx: Context, share: float, *, verbatim: bool = False
+) -> set[int]:
+    """The steps after the task that `forget` keeps below FORGET_ANY: whole iterations, oldest
+    first, while they fit `share` (keep_first) of the room as they were sent, so the head is a
+    look around a project, never a run of placeholders. With `verbatim`, it ends at the first
+    step that is no longer as sent (folded in an earlier view)."""
+    iters = iterations(messages)
+    task = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
+    if task is None:
+        return set()
+    head = int(share * ctx.room())
+    kept: set[int] = set()
+    for _, group in groupby(range(task + 1, len(messages)), key=lambda i: iters[i]):
+        idx = list(group)
+        head -= sum(raw_count(messages[i], ctx) for i in idx)
+        changed = ctx.lineage is not None and any(ctx.lineage.label(messages[i]) for i in idx)
+        if head < 0 or verbatim and changed:
+            break
+        kept.update(idx)
+    return kept

@@ -17,7 +17,7 @@ from proxy.errors import (
     ContextLengthExceeded,
     ProxyError,
 )
-from proxy.exchange.calibrate import exact_prompt_tokens, next_factor
+from proxy.exchange.calibrate import Opened, exact_prompt_tokens, next_factor
 from proxy.exchange.compile import (
     Compiled,
     answer_limit,
@@ -32,6 +32,7 @@ from proxy.http.disconnect import Watch
 from proxy.observe import metrics as observe
 from proxy.observe.timing import Timing
 from proxy.recall import rounds
+from proxy.recall.followed import mark_rereads
 from proxy.recall.rounds import Rounds, folded
 from proxy.settings import Upstream
 from proxy.store import RequestRef
@@ -76,6 +77,7 @@ class Exchange:
         self.deferring = False
         self.watch: Watch | None = None  # the client watched for a disconnect, while it is
         self._pending: list[Callable[[], None]] = []
+        self.opened: tuple[str, Opened] | None = None  # until the answer is recorded
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this exchange's view starts from."""
@@ -111,6 +113,22 @@ class Exchange:
         thread hop (each costs a loop turn), unless exact counts ask the upstream in between.
         `bodies`: as the client sent it, as it is to be sent, as it is counted (with the
         recall tool where it may be offered); `factor` the upstream's calibration."""
+        body, sendable, counted = bodies
+        length = len(body["messages"])
+        # The previous answer's calibration is in the state read below, never half the time.
+        await self.services.calibration.settled(key.id, length)
+        compiled = await self._open_either(key, bodies, upstream, window, factor)
+        self.opened = (key.id, self.services.calibration.opened(key.id, length))
+        return compiled
+
+    async def _open_either(
+        self,
+        key: SessionKey,
+        bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+        upstream: Upstream,
+        window: int | None,
+        factor: float,
+    ) -> Compiled:
         body, sendable, counted = bodies
         if upstream.tokenizer == "upstream" and window is not None:
             with self.timing.span("store"):
@@ -343,6 +361,8 @@ class Exchange:
         if self.ref is None:
             return
         sent_usage = self.rounds.first_usage() if self.rounds else None
+        if self.rounds is not None and self.rounds.records:
+            mark_rereads(self.rounds.records, response)  # did the recall spare a re-read?
         calibrating = sent_usage or usage
         if isinstance(calibrating, dict) and self.compiled is not None and status < 400:
             self.calibrate(self.compiled, calibrating.get("prompt_tokens"))
@@ -369,6 +389,7 @@ class Exchange:
             self._pending.append(functools.partial(write, expected=True))
         else:
             await run_in_threadpool(write)
+            self._recorded()
         observe.exchange_finished(self, status, now, first, response, partial, error)
 
     async def flush(self) -> None:
@@ -376,6 +397,14 @@ class Exchange:
         self.deferring = False
         while self._pending:
             await run_in_threadpool(self._pending.pop(0))
+        self._recorded()
+
+    def _recorded(self) -> None:
+        """The answer is recorded: the session's next request may read its state (on the loop:
+        it sets an asyncio event)."""
+        if self.opened is not None:
+            self.services.calibration.closed(*self.opened)
+            self.opened = None
 
     async def finish_from_data(self, status: int, data: dict[str, Any]) -> None:
         choices = data.get("choices") or [{}]

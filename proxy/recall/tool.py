@@ -15,10 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.recall import units
 from proxy.recall.search import BadQuery, Deadline, Search, compile_query
 
 NAME = "ctxproxy_recall"
-CONTEXT_LINES = 2  # around a matching line
+CONTEXT_LINES = 2  # around a matching line that is in no function or failure block
+WHOLE_LINES = 40  # a tool output this short is one unit, like a message
+HEAD_TOKENS = 60  # kept free for the result's first line
 MIN_ROOM = 64  # tokens: below this, say the window is full instead of cutting to nothing
 CHARS_PER_TOKEN = 8  # generous: text gathered beyond room * this would be cut anyway
 
@@ -131,10 +134,10 @@ def run(
             return _bad(str(exc))
         if room < MIN_ROOM:  # before the search: it would be for nothing
             return NO_ROOM
-        text, outcome = _by_query(search, query, messages, limit, Deadline(seconds))
+        text, outcome = _by_query(search, query, messages, room, count, Deadline(seconds))
     else:
         return _bad('give a non-empty "ref" (e.g. "history:12") or "query" (words or a regex)')
-    if outcome != "ok":  # a short answer (nothing found, a bad ref): always said
+    if outcome not in ("ok", "truncated"):  # a short answer (nothing found, a bad ref)
         return Recalled(text, outcome, count(text))
     return _fit(text, outcome, room, count) if room >= MIN_ROOM else NO_ROOM
 
@@ -190,51 +193,97 @@ def _clamped(first: str, last: str, length: int) -> range:
 
 
 def _by_query(
-    search: Search, query: str, messages: Sequence[dict[str, Any]], limit: int, deadline: Deadline
+    search: Search,
+    query: str,
+    messages: Sequence[dict[str, Any]],
+    room: int,
+    count: Callable[[str], int],
+    deadline: Deadline,
 ) -> tuple[str, str]:
-    sections, hits, calls, size, searched = [], 0, _calls(messages), 0, 0
-    for i, msg in enumerate(messages):
-        if deadline.passed() or size > limit:
+    """Whole units around the hits (units.py), newest message first, as many as fit `room`
+    tokens; each unit once, however many hits or copies of it there are."""
+    sections: list[str] = []
+    shown: set[str] = set()
+    skipped: list[int] = []
+    hits, calls, used, searched = 0, _calls(messages), 0, 0
+    for i in range(len(messages) - 1, -1, -1):
+        if deadline.passed():
             break
         searched += 1
-        text = _text(msg)
+        text = _text(messages[i])
         found = search.lines(text)
         if not found:
             continue
         hits += len(found)
-        sections.append(f"{_label(i, msg, calls)}\n" + _around(text.split("\n"), found))
-        size += len(sections[-1])
-    stopped = _stopped(searched, len(messages), size > limit)
+        lines = text.split("\n")
+        for start, stop in _spans(messages[i], lines, found):
+            body = "\n".join(lines[start:stop])
+            if body in shown:
+                continue
+            where = "" if (start, stop) == (0, len(lines)) else f" lines {start + 1}-{stop}"
+            section = f"{_label(i, messages[i], calls)[:-4]}{where} ---\n{body}"
+            too_long = len(section) > room * CHARS_PER_TOKEN  # never worth counting
+            cost = room if too_long else count(section)
+            if sections and used + cost > room - HEAD_TOKENS:
+                skipped.append(i)
+                continue
+            shown.add(body)
+            sections.append(section)
+            used += cost
+    stopped = _stopped(searched, len(messages), False)
     how = "" if search.how == "regex" else f", searched as {search.how}"
     if not sections:
         return (
             f'[ctxproxy_recall: nothing in this conversation matches "{query[:80]}"{how}'
-            f"{stopped}.]",
+            f"{stopped}; a re-read will not find it here either.]",
             "no_match",
         )
-    head = f"[ctxproxy_recall: {hits} matching lines in {len(sections)} messages{how}{stopped}]"
-    return head + "\n\n" + "\n\n".join(sections), "ok"
+    while True:  # whole units only: the last goes while the whole answer is over the room
+        text = _head(hits, len(sections), how + stopped, skipped) + "\n\n" + "\n\n".join(sections)
+        if len(sections) == 1 or count(text) <= room:
+            return text, "truncated" if skipped else "ok"
+        sections.pop()
+        skipped.append(-1)
+
+
+def _head(hits: int, units: int, how: str, skipped: list[int]) -> str:
+    more = ""
+    if skipped:
+        places = ", ".join(f"history:{i}" for i in sorted({i for i in skipped if i >= 0})[:8])
+        more = (
+            f"; {len(skipped)} more not shown for room ({places}): narrow it with a more "
+            "specific query"
+        )
+    return (
+        f"[ctxproxy_recall: {hits} matching lines; {units} whole "
+        f"{'unit' if units == 1 else 'units'} (function, failure block or message), "
+        f"newest first{how}{more}]"
+    )
+
+
+def _spans(msg: dict[str, Any], lines: list[str], found: list[int]) -> list[tuple[int, int]]:
+    """The units holding the hits, merged where they overlap, in text order."""
+    if msg.get("role") != "tool" or len(lines) <= WHOLE_LINES:
+        return [(0, len(lines))]  # a message (or a short output) is its own unit
+    spans = sorted(
+        units.report_block(lines, n)
+        or units.enclosing_definition(lines, n)
+        or (max(n - CONTEXT_LINES, 0), min(n + CONTEXT_LINES + 1, len(lines)))
+        for n in found
+    )
+    merged: list[tuple[int, int]] = []
+    for start, stop in spans:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))
+        else:
+            merged.append((start, stop))
+    return merged
 
 
 def _stopped(searched: int, total: int, full: bool) -> str:
     if searched >= total or full:
         return ""
     return f" (the search's time ran out after {searched} of {total} messages)"
-
-
-def _around(lines: list[str], found: list[int]) -> str:
-    """The matching lines with CONTEXT_LINES either side, gaps marked by their line number."""
-    keep = sorted(
-        {k for n in found for k in range(n - CONTEXT_LINES, n + CONTEXT_LINES + 1)}
-        & set(range(len(lines)))
-    )
-    body, last = [], -2
-    for k in keep:
-        if k != last + 1:
-            body.append(f"  … line {k + 1}:")
-        body.append(lines[k])
-        last = k
-    return "\n".join(body)
 
 
 def _fit(text: str, outcome: str, room: int, count: Callable[[str], int]) -> Recalled:

@@ -51,10 +51,10 @@ def test_a_marker_position_or_range_returns_those_messages() -> None:
 
 def test_a_query_finds_words_in_any_case_and_regexes_with_context_lines() -> None:
     words = run({"query": "port 54329"})
-    assert words.outcome == "ok" and "3 matching lines in 1 messages" in words.text
-    assert "a = 1" in words.text  # context around the hit
+    assert words.outcome == "ok" and "3 matching lines; 1 whole unit " in words.text
+    assert "a = 1" in words.text  # a short output is one unit, given whole
     regex = run({"query": r"PORT\s*=\s*\d+|port is"})
-    assert "in 2 messages" in regex.text and "The Port is wrong." in regex.text
+    assert "2 whole units" in regex.text and "The Port is wrong." in regex.text
     args = run({"query": "settings.py"})  # tool-call arguments are searched too
     assert "--- history:2 (assistant) ---" in args.text
 
@@ -168,9 +168,9 @@ def test_a_query_matches_line_by_line_as_re_would_on_each_line() -> None:
     """RE2 over the whole text gives the same lines as a per-line search, unicode included."""
     history = [{"role": "tool", "tool_call_id": "c", "content": "é = 1\nx\nPORT=2 é\n\nport=3"}]
     got = recall.run(json.dumps({"query": r"^port=\d"}), history, ["h"], 2000, COUNTER.text)
-    assert "2 matching lines in 1 messages" in got.text
+    assert "2 matching lines; 1 whole unit" in got.text
     words = recall.run(json.dumps({"query": "é port"}), history, ["h"], 2000, COUNTER.text)
-    assert "1 matching lines in 1 messages" in words.text and "PORT=2 é" in words.text
+    assert "1 matching lines; 1 whole unit" in words.text and "PORT=2 é" in words.text
 
 
 def test_a_stream_of_malformed_recall_deltas_is_gathered_not_raised() -> None:

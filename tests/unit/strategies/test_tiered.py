@@ -8,6 +8,8 @@ from strategies.context import ALL_PHASES, LAST_RESORT, NO_KEEP_WINDOW
 from strategies.forms import (
     EXCERPT_CHARS,
     EXCERPT_LINES,
+    REPORT_CHARS,
+    REPORT_LINES,
     excerpt,
     folded_output,
     shorten_arguments,
@@ -166,8 +168,11 @@ def test_evidence_excerpt_is_capped_and_puts_the_final_error_first():
     )
     text = f"{failures}\nTraceback (most recent call last):\n  File \"a.py\", line 3\nKeyError: 'k'"
     kept = excerpt(text)
-    assert len(kept) <= EXCERPT_LINES and sum(len(line) + 1 for line in kept) <= EXCERPT_CHARS
-    assert "KeyError: 'k'" in kept and '  File "a.py", line 3' in kept
+    assert len(kept) <= REPORT_LINES and sum(len(line) + 1 for line in kept) <= REPORT_CHARS
+    assert "KeyError: 'k'" in kept and kept[0].startswith("FAILED tests/test_0.py::test_case_0")
+    plain = excerpt(text.replace("FAILED", "failed"))  # no report: the plain excerpt's caps
+    assert len(plain) <= EXCERPT_LINES and sum(len(line) + 1 for line in plain) <= EXCERPT_CHARS
+    assert "KeyError: 'k'" in plain and '  File "a.py", line 3' in plain
     assert list(kept) == [line for line in text.split("\n") if line in kept]  # text order
 
 
