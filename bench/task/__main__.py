@@ -14,11 +14,12 @@ import argparse
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import tabulate
+from bench import spawn, tabulate
 from bench.task import arms as arms_mod
 from bench.task.agent import run_agent
 from bench.task.metrics import Run, report
@@ -148,14 +149,16 @@ def run_arm(
     wd: Path,
 ) -> list[Run]:
     runs: list[Run] = []
-    proxy, worker, trim = None, None, None
+    proxy: spawn.Server | None = None
+    worker: arms_mod.LiteLLM | None = None
+    trim: Callable[[arms_mod.Messages], arms_mod.Messages] | None = None
     try:
         if arm.proxy and arm.window:
             proxy = arms_mod.start_proxy(wd / arm.name, upstream, arm.window, ports.take())
         elif arm.trim == "sliding" and arm.window:
             trim = arms_mod.sliding(arm.window, counter)
         elif arm.trim == "litellm" and arm.window:
-            trim, worker = arms_mod.litellm(arm.window, counter)
+            trim = worker = arms_mod.litellm(arm.window, counter)
         base = proxy.url if proxy else upstream
         for variant in args.variants:
             for seed in range(1, args.seeds + 1):

@@ -105,7 +105,11 @@ def run_agent(
             if out.steps == correction_at:
                 history.append({"role": "user", "content": task.correction})
             out.steps += 1
-            view = trim(history) if trim else history
+            try:
+                view = trim(history) if trim else history
+            except RuntimeError as exc:  # the trim's own failure ends the run, as it would
+                out.status = f"trim failed: {exc}"[:120]
+                return out
             body = {"model": "task", "messages": view, "tools": TOOLS}
             r = client.post("/v1/chat/completions", json=body)
             if r.status_code != 200:
@@ -117,9 +121,8 @@ def run_agent(
                 {k: v for k, v in message.items() if k in ("role", "content", "tool_calls")}
             )
             if not calls:
-                out.status = (
-                    "done" if (message.get("content") or "").startswith("DONE") else "stopped"
-                )
+                text = message.get("content") or ""
+                out.status = "done" if text.startswith("DONE") else f"answered: {text[:40]}"
                 return out
             for call in calls:
                 name = call["function"]["name"]

@@ -9,6 +9,8 @@ litellm: LiteLLM's `trim_messages` (in its own venv, through bench/baselines.py'
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,16 +79,54 @@ def sliding(window: int, counter: Counter) -> Callable[[Messages], Messages]:
     return trim
 
 
-def litellm(window: int, counter: Counter) -> tuple[Callable[[Messages], Messages], Any]:
-    from bench.baselines import Worker
+# Run in LiteLLM's own venv (which has neither ctxproxy nor bench): JSON lines in and out.
+WORKER = """
+import json, sys
+from litellm.utils import trim_messages
+for line in sys.stdin:
+    req = json.loads(line)
+    try:
+        out = trim_messages(req["messages"], model="gpt-4o", max_tokens=req["budget"])
+    except Exception as exc:
+        out = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(out), flush=True)
+"""
 
-    worker = Worker("litellm")
-    budget = int((window - RESERVE) / INFLATE) - counter.text(json.dumps(TOOLS))
 
-    def trim(messages: Messages) -> Messages:
-        return worker.call(messages, budget)[0]
+class LiteLLM:
+    """LiteLLM's `trim_messages`, to `budget` tokens as LiteLLM counts them."""
 
-    return trim, worker
+    def __init__(self, budget: int):
+        from bench.baselines import peer_python
+
+        self.budget = budget
+        argv = [str(peer_python("litellm")), "-c", WORKER]
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+
+    def __call__(self, messages: Messages) -> Messages:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps({"messages": messages, "budget": self.budget}) + "\n")
+        self.proc.stdin.flush()
+        out = json.loads(self.proc.stdout.readline())
+        if isinstance(out, dict):
+            raise RuntimeError(out["error"])
+        return list(out)
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def litellm(window: int, counter: Counter) -> LiteLLM:
+    """Trimmed to the window less the answer's room and the tools, which LiteLLM does not count."""
+    return LiteLLM(int((window - RESERVE) / INFLATE) - counter.text(json.dumps(TOOLS)))
 
 
 def start_proxy(wd: Path, upstream: str, window: int, port: int) -> spawn.Server:

@@ -28,8 +28,9 @@ class Run:
     checks: dict[str, bool] = field(default_factory=dict)
 
     def failed(self) -> list[str]:
-        bad = [k for k, ok in self.checks.items() if not ok]
-        return ([self.status] if self.status != "done" else []) + bad
+        bad = [FAILURES.get(k, k) for k, ok in self.checks.items() if not ok]
+        status = next((v for k, v in STATUS.items() if self.status.startswith(k)), self.status)
+        return ([status] if self.status != "done" else []) + bad
 
     def line(self) -> str:
         verdict = "solved" if self.solved else "NOT solved (" + ", ".join(self.failed()) + ")"
@@ -39,6 +40,15 @@ class Run:
             f"reuse {self.reuse:.2f}, {self.seconds:.0f} s"
         )
 
+
+FAILURES = {
+    "tests pass": "tests fail",
+    "tests untouched": "tests edited",
+    "legacy untouched": "legacy edited",
+    "signatures kept": "signature changed",
+    "correction applied": "correction not applied",
+}
+STATUS = {"answered: I cannot see ": "task out of view", "error 400": "refused (over window)"}
 
 HEADER = [
     "arm",

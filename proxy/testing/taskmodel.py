@@ -231,20 +231,28 @@ class TaskModel:
         return self.finish(view)
 
     def fix(self, bug: Bug, view: View) -> tuple[str, dict[str, Any]]:
+        """Edit once the view shows what the test expects and the exact old text; else fetch."""
         shortcut = bool(bug.trap) and GUARD[bug.trap] not in view.instructions
-        path, old, new = (
-            (bug.short_path, bug.short_old, bug.short_new)
-            if shortcut
-            else (bug.path, bug.old, bug.new)
-        )
+        path, old, new = (bug.path, bug.old, bug.new)
+        if shortcut:
+            path, old, new = (bug.short_path, bug.short_old, bug.short_new)
+        test_path = bug.test.split("::")[0]
+        needs = [(test_path, bug.expect, f"def test_{bug.func}")]
+        needs.append((path, old, f"def {bug.func}" if path == bug.path else f"test_{bug.func}"))
         last = view.pairs[-1]
         failed_edit = last.name == "edit_file" and (last.result or "").startswith("error")
-        if old in view.everything and not failed_edit:
-            return "edit_file", {"path": path, "old_string": old, "new_string": new}
-        read_before = any(p.name == "read_file" and p.args.get("path") == path for p in view.pairs)
-        if RECALL in view.tools and read_before and last.name != RECALL:
-            return RECALL, {"query": f"def {bug.func}" if path == bug.path else f"test_{bug.func}"}
-        return "read_file", {"path": path}
+        for where, text, query in needs:
+            if text in view.everything and not (failed_edit and where == path):
+                continue
+            if not any(where in (p.result or "") for p in view.pairs if p.name == "list_files"):
+                return "list_files", {}  # which files there are is out of sight
+            read_before = any(
+                p.name == "read_file" and p.args.get("path") == where for p in view.pairs
+            )
+            if RECALL in view.tools and read_before and last.name != RECALL:
+                return RECALL, {"query": query}
+            return "read_file", {"path": where}
+        return "edit_file", {"path": path, "old_string": old, "new_string": new}
 
     def finish(self, view: View) -> tuple[str, dict[str, Any]]:
         stated = RATE.findall(view.instructions)

@@ -166,6 +166,7 @@ class Bug:
     path: str
     old: str
     new: str
+    expect: str = ""  # the test's assert line: what the model reads to see what is expected
     trap: str = ""  # "", "tests", "legacy" or "signature": which constraint the shortcut breaks
     short_path: str = ""
     short_old: str = ""
@@ -197,7 +198,7 @@ def _value(params: str, expr: str, args: str) -> object:
 
 def _function(name: str, params: str, expr: str, rng: random.Random) -> str:
     notes = textwrap.fill(
-        " ".join(rng.sample(NOTES, 4)), 88, initial_indent="    ", subsequent_indent="    "
+        " ".join(rng.sample(NOTES, 6)), 88, initial_indent="    ", subsequent_indent="    "
     )
     args = ", ".join(f"{p.strip()}: see the caller's contract" for p in params.split(","))
     return (
@@ -253,9 +254,8 @@ def make_task(seed: int, bugs: int = 10, modules: int = 6) -> Task:
                 continue
             got = _value(params, bad, args)
             assert got != want, name
-            bug = Bug(
-                f"{test_path}::test_{name}", name, path, f"    return {bad}", f"    return {expr}"
-            )
+            test = f"{test_path}::test_{name}"
+            bug = Bug(test, name, path, f"    return {bad}", f"    return {expr}", assert_line)
             found.append(_trap(bug, trap_of[name], text, assert_line, got, test_path))
         if mod == mods[0]:
             src.append(
@@ -271,6 +271,7 @@ def make_task(seed: int, bugs: int = 10, modules: int = 6) -> Task:
                     path,
                     "    return legacy.to_cents(amount)",
                     "    return round(amount * 100)",
+                    "    assert price_cents(19.99) == 1999",
                     "legacy",
                     LEGACY,
                     "    return int(amount * 100)",
