@@ -11,8 +11,9 @@ Run from the repository root: python -m bench.task [--seeds 3] [--quick] [--arms
 from __future__ import annotations
 
 import argparse
+import itertools
+import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -111,10 +112,11 @@ def one_run(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--bugs", type=int, default=10)
+    ap.add_argument("--bugs", type=int, default=12)
     ap.add_argument("--arms", nargs="+", default=list(arms_mod.ARMS))
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--quick", action="store_true", help="1 seed, 3 bugs, full and ctxproxy-4k")
+    ap.add_argument("--twice", action="store_true", help="each session twice: same steps?")
     ap.add_argument("--ports", default="", help="LO-HI: the servers' loopback ports")
     ap.add_argument("--out", type=Path, default=tabulate.RESULTS)
     args = ap.parse_args(argv)
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         wd = tabulate.workdir("ctxproxy-task-")
         for arm in map(arms_mod.parse, args.arms):
             runs += run_arm(arm, args, up.url, ports, dispatch, counter, wd)
+        shutil.rmtree(wd, ignore_errors=True)
     print(report(runs, args))
     data = {
         "machine": tabulate.machine(),
@@ -161,10 +164,10 @@ def run_arm(
             trim = worker = arms_mod.litellm(arm.window, counter)
         base = proxy.url if proxy else upstream
         for variant in args.variants:
-            for seed in range(1, args.seeds + 1):
+            for seed, rep in itertools.product(range(1, args.seeds + 1), range(1 + args.twice)):
                 model = TaskModel(make_task(seed, args.bugs), VARIANTS[variant], arm.window)
                 dispatch.model = model
-                session = f"{arm.name}-{variant}-{seed}"
+                session = f"{arm.name}-{variant}-{seed}" + (f"-again{rep}" if rep else "")
                 run = one_run(arm, base, model, trim, wd, session)
                 print(f"{session}: {run.line()}", flush=True)
                 runs.append(run)
@@ -182,5 +185,4 @@ def run_arm(
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory():
-        main()
+    main()

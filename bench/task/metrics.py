@@ -61,6 +61,7 @@ HEADER = [
     "prompt tok",
     "recall share",
     "prefix reuse",
+    "same steps twice",
     "why not solved",
 ]
 
@@ -75,6 +76,10 @@ def report(runs: list[Run], args: argparse.Namespace) -> str:
         steps = tabulate.median(r.steps for r in rs)
         tokens = sum(r.prompt_tokens for r in rs)
         why = sorted({w for r in rs for w in r.failed()})
+        by_seed: dict[int, set[int]] = defaultdict(set)
+        for r in rs:
+            by_seed[r.seed].add(r.steps)
+        twice = len(rs) > len(by_seed)
         rows.append(
             [
                 arm,
@@ -87,6 +92,7 @@ def report(runs: list[Run], args: argparse.Namespace) -> str:
                 tabulate.fmt(tabulate.median(r.prompt_tokens for r in rs), 0),
                 f"{sum(r.recall_tokens for r in rs) / tokens:.2f}" if tokens else "-",
                 f"{tabulate.median(r.reuse for r in rs):.2f}",
+                f"{sum(len(v) == 1 for v in by_seed.values())}/{len(by_seed)}" if twice else "-",
                 ", ".join(why) or "-",
             ]
         )
