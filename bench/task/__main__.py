@@ -81,10 +81,9 @@ def one_run(
     out = run_agent(base, task, root, trim=trim, session=session)
     judged = check(task, root)
     recalls = [i for i, a in enumerate(model.actions) if a.name == RECALL]
-    helped = sum(
-        next((a.name for a in model.actions[i + 1 :] if a.name != RECALL), "") == "edit_file"
-        for i in recalls
-    )
+    # A recall helped unless the model's next step re-reads a file (what it was looking for).
+    after = [model.actions[i + 1].name for i in recalls if i + 1 < len(model.actions)]
+    helped = sum(name != "read_file" for name in after)
     recall_tokens = sum(
         t for t, a in zip(model.tokens, model.actions, strict=False) if a.recall_round
     )

@@ -249,7 +249,8 @@ class TaskModel:
             read_before = any(
                 p.name == "read_file" and p.args.get("path") == where for p in view.pairs
             )
-            if RECALL in view.tools and read_before and last.name != RECALL:
+            asked = last.name == RECALL and last.args.get("query") == query
+            if RECALL in view.tools and read_before and not asked:
                 return RECALL, {"query": query}
             return "read_file", {"path": where}
         return "edit_file", {"path": path, "old_string": old, "new_string": new}
