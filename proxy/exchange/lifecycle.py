@@ -27,6 +27,9 @@ from proxy.exchange.compile import (
 )
 from proxy.exchange.guards import overflow_of, read_checked, unless_gone
 from proxy.exchange.identify import identify
+from proxy.exchange.observing import HEADER as MODE_HEADER
+from proxy.exchange.observing import observing
+from proxy.exchange.observing import send as send_observed
 from proxy.exchange.prepare import prepare
 from proxy.exchange.relay import relay
 from proxy.exchange.steps import Exchange
@@ -81,6 +84,7 @@ async def _exchange(
     if upstream is None:
         raise ModelNotFound(chat.model)
     exchange = Exchange(services, timing, upstream.name, chat.model)
+    exchange.observed = observing(request, settings)
     owner = client_key_id(request, services)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
     key = services.conversations.place(key, body)
@@ -95,15 +99,28 @@ async def _exchange(
     except ContextLengthExceeded as exc:
         with timing.span("store"):
             await exchange.record(key, body, upstream.name, None, refused=exc, counted=counted)
-        await exchange.finish(status=exc.status, error=exc.body()["error"])
-        if exchange.refused is not None:  # its real figures, as an answer's would be
-            exc.headers = compilation_headers(exchange.refused) | {"x-ctxproxy-session": key.id}
-        raise
-    send = exchange.forward if wire is None else partial(wire.forward, exchange)
-    r, compiled = await _send_fitted(
-        request, exchange, upstream, send, (sendable, counted), compiled
-    )
+        if not exchange.observed or exchange.refused is None:
+            await exchange.finish(status=exc.status, error=exc.body()["error"])
+            if exchange.refused is not None:  # its real figures, as an answer's would be
+                headers = compilation_headers(exchange.refused)
+                exc.headers = headers | {"x-ctxproxy-session": key.id}
+            raise
+        compiled = exchange.refused  # observed: ctxproxy would have refused; the upstream decides
+    if exchange.observed:
+        with timing.span("upstream"):
+            r = await unless_gone(
+                request,
+                exchange,
+                send_observed(request, exchange, upstream, wire, sendable, compiled),
+            )
+    else:
+        send = exchange.forward if wire is None else partial(wire.forward, exchange)
+        r, compiled = await _send_fitted(
+            request, exchange, upstream, send, (sendable, counted), compiled
+        )
     headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
+    if exchange.observed:
+        headers[MODE_HEADER] = "observe"
     if exchange.limit is not None:
         headers["x-ctxproxy-max-tokens"] = f"{asked_tokens(sendable)}->{exchange.limit}"
     if wire is not None:
