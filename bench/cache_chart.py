@@ -18,7 +18,7 @@ from typing import Any
 
 from proxy.app import create_app
 from proxy.testing.cache_session import drive, table
-from proxy.testing.llamacpp import start_llama_server
+from proxy.testing.llamacpp import LlamaServer, ensure_model
 from proxy.testing.servers import ServerThread, make_settings
 
 FIGURE = Path(__file__).parent / "figures" / "cache_llamacpp_40.png"
@@ -91,9 +91,12 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=27100)
     ap.add_argument("--out", type=Path, default=FIGURE)
     args = ap.parse_args()
-    small = start_llama_server(port=args.port + 1, n_ctx=8192, n_parallel=2)
-    large = start_llama_server(port=args.port + 2, n_ctx=32768, n_parallel=1)
+    model = ensure_model()
+    # A loaded machine takes minutes to start one: wait for it
+    small = LlamaServer(model, port=args.port + 1, n_ctx=8192, n_parallel=2).start(timeout=600)
+    large = LlamaServer(model, port=args.port + 2, n_ctx=32768, n_parallel=1)
     try:
+        large.start(timeout=600)
         with tempfile.TemporaryDirectory() as tmp:
             ups = [
                 {"name": "llama", "kind": "llamacpp", "base_url": small.base_url + "/v1"},
