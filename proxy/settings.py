@@ -169,6 +169,9 @@ class Settings(BaseSettings):
     # The client's `user`, `safety_identifier` and `metadata.user_id` forwarded upstream.
     forward_client_identity: bool = False
     limits: LimitsSettings = LimitsSettings()
+    # observe: the upstream gets each request as the client sent it; ctxproxy records the view
+    # it would have sent (a request's X-Ctxproxy-Mode header chooses for that request).
+    mode: Literal["compact", "observe"] = "compact"
 
     @classmethod
     def settings_customise_sources(

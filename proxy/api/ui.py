@@ -24,7 +24,7 @@ from proxy.errors import Unauthorized
 from proxy.exchange.tokens import TokenCounter
 from proxy.http.access import Viewer, audit_viewer
 from proxy.http.deps import ServicesDep
-from proxy.ui import chart, compare
+from proxy.ui import chart, compare, firing
 from strategies.messages import message_hash
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
@@ -166,6 +166,7 @@ async def exchange_page(
     refused = x.exchange.error_code == "context_length_exceeded"
     unsent = x.error is not None and not compiled  # refused before anything went upstream
     rows = await run_in_threadpool(compare.align, original, compiled)
+    fired = await _firing(services, x, original, compiled, rows)
     if unsent:
         rows = [dataclasses.replace(r, status="unsent") for r in rows]
     counts = Counter(r.status for r in rows)
@@ -192,7 +193,26 @@ async def exchange_page(
         refused=refused,
         unsent=unsent,
         largest=_largest(services.counter, x.request) if refused else [],
+        firing=fired,
     )
+
+
+async def _firing(
+    services: Any,
+    x: Any,
+    original: list[Any],
+    compiled: list[Any],
+    rows: list[compare.Row],
+) -> firing.Firing | None:
+    """What this request's firing took out of the view, against the request before it."""
+    e = x.exchange
+    if not e.phases or e.seq < 2 or not compiled:
+        return None
+    before = await run_in_threadpool(services.store.get_exchange, e.session_id, e.seq - 1)
+    if before is None:
+        return None
+    previous = (before.request.get("messages", []), before.compiled_request.get("messages", []))
+    return await run_in_threadpool(firing.firing, previous, original, compiled, rows)
 
 
 @dataclass(frozen=True)

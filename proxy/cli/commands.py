@@ -13,6 +13,7 @@ from proxy.settings import ConfigError, Settings, load_settings
 
 if TYPE_CHECKING:
     from proxy.store import ExchangeSummary, SessionDetail, SessionPage
+    from proxy.store.views import Totals
 
 
 TITLE_COLUMN = 40
@@ -285,6 +286,7 @@ def sessions_table(page: SessionPage) -> str:
             str(s.totals.errors),
             _arrow(s.totals.tokens_original, s.totals.tokens_compiled),
             _percent(s.totals.tokens_saved, s.totals.tokens_original),
+            _net(s.totals),
             _time(s.updated_at),
             _clip(s.title or "", TITLE_COLUMN),
         ]
@@ -300,14 +302,16 @@ def sessions_table(page: SessionPage) -> str:
             "FAILED",
             "TOKENS BEFORE → AFTER",
             "SAVED",
+            "NET OF CACHE",
             "UPDATED",
             "FIRST MESSAGE",
         ],
         rows,
-        right={3, 4, 5, 6, 7},
+        right={3, 4, 5, 6, 7, 8},
     )
     shown = f"{page.offset + 1}–{page.offset + len(page.data)} of {page.total} sessions"
     note = "turns: histories sent; retries resend one; tokens: requests that did not fail"
+    note += "; net of cache: tokens saved less the cache firings lost (observe: would have)"
     return f"{table}\n{shown} · {note}"
 
 
@@ -320,6 +324,7 @@ def turns_table(detail: SessionDetail, exchanges: Sequence[ExchangeSummary]) -> 
         f" · {detail.history_length} messages"
         f" · {detail.branch_count} branch{'es' if detail.branch_count != 1 else ''}"
         f" · saved {_percent(s.totals.tokens_saved, s.totals.tokens_original)}"
+        f" · net of cache {_net(s.totals)}"
     )
     if s.title:
         head += f"\nfirst message: {s.title}"
@@ -339,14 +344,31 @@ def turns_table(detail: SessionDetail, exchanges: Sequence[ExchangeSummary]) -> 
                 status,
                 _arrow(x.tokens_original, x.tokens_compiled),
                 ", ".join(x.phases) or "-",
+                _cache(x),
             ]
         )
     table = _table(
-        ["REQUEST", "TURN", "TIME", "MODEL", "STATUS", "TOKENS BEFORE → AFTER", "PHASES"],
+        ["REQUEST", "TURN", "TIME", "MODEL", "STATUS", "TOKENS BEFORE → AFTER", "PHASES", "CACHE"],
         rows,
         right={0, 1, 5},
     )
     return f"{head}\n{table}"
+
+
+def _net(t: Totals) -> str:
+    """Tokens saved less the cache firings lost; 'would' where exchanges were observed."""
+    return f"{t.net_saved:,}" + (" (would)" if t.observed else "")
+
+
+def _cache(x: ExchangeSummary) -> str:
+    """Cached/expected prompt tokens, and why less was cached when it was."""
+    if x.cached_tokens is None and x.cache_expected is None:
+        return "-"
+    got = "?" if x.cached_tokens is None else f"{x.cached_tokens:,}"
+    out = f"{got}/{x.cache_expected or 0:,}"
+    if x.cache_cause:
+        out += f" lost {x.cache_lost or 0:,} ({x.cache_cause})"
+    return out + (" observed" if x.observed else "")
 
 
 def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:

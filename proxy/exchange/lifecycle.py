@@ -30,6 +30,9 @@ from proxy.exchange.compile import (
 from proxy.exchange.conversations import told
 from proxy.exchange.guards import overflow_of, read_checked, unless_gone
 from proxy.exchange.identify import identify
+from proxy.exchange.observing import HEADER as MODE_HEADER
+from proxy.exchange.observing import observing
+from proxy.exchange.observing import send as send_observed
 from proxy.exchange.prepare import prepare
 from proxy.exchange.relay import relay
 from proxy.exchange.steps import Exchange
@@ -85,6 +88,7 @@ async def _exchange(
     if upstream is None:
         raise ModelNotFound(chat.model)
     exchange = Exchange(services, timing, upstream.name, chat.model)
+    exchange.observed = observing(request, settings)
     owner = client_key_id(request, services)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
     key = services.conversations.place(key, body)
@@ -99,17 +103,20 @@ async def _exchange(
     except ContextLengthExceeded as exc:
         with timing.span("store"):
             await exchange.record(key, body, upstream.name, None, refused=exc, counted=counted)
-        await exchange.finish(status=exc.status, error=exc.body()["error"])
-        if exchange.refused is not None:  # its real figures, as an answer's would be
-            exc.headers = compilation_headers(exchange.refused) | told(key)
-        raise
-    send = exchange.forward if wire is None else partial(wire.forward, exchange)
+        if not exchange.observed or exchange.refused is None:
+            await exchange.finish(status=exc.status, error=exc.body()["error"])
+            if exchange.refused is not None:  # its real figures, as an answer's would be
+                exc.headers = compilation_headers(exchange.refused) | told(key)
+            raise
+        compiled = exchange.refused  # observed: ctxproxy would have refused; the upstream decides
     exchange.watch = Watch(request)
     try:
-        r, compiled = await _send_fitted(
-            request, exchange, upstream, send, (sendable, counted), compiled
+        r, compiled = await _forward(
+            request, exchange, upstream, wire, (sendable, counted), compiled
         )
         headers = compilation_headers(compiled) | told(key)
+        if exchange.observed:
+            headers[MODE_HEADER] = "observe"
         if exchange.limit is not None:
             headers["x-ctxproxy-max-tokens"] = f"{asked_tokens(sendable)}->{exchange.limit}"
         exchange.deferring = True  # the answer's record is written once its bytes are sent
@@ -127,6 +134,24 @@ async def _exchange(
         exchange.watch.stop()
         exchange.watch = None
     return Recorded(answer, exchange)
+
+
+async def _forward(
+    request: Request,
+    exchange: Exchange,
+    upstream: Upstream,
+    wire: Wire | None,
+    bodies: tuple[dict[str, Any], dict[str, Any]],
+    compiled: Compiled,
+) -> tuple[httpx.Response, Compiled]:
+    """The view upstream (refitted once if the upstream counts it over its window), or in
+    observe mode the client's own request."""
+    if exchange.observed:
+        with exchange.timing.span("upstream"):
+            sent = send_observed(request, exchange, upstream, wire, bodies[0], compiled)
+            return await unless_gone(request, exchange, sent), compiled
+    send = exchange.forward if wire is None else partial(wire.forward, exchange)
+    return await _send_fitted(request, exchange, upstream, send, bodies, compiled)
 
 
 async def _answer(

@@ -62,6 +62,7 @@ async def relay(exchange: Exchange, r: httpx.Response, upstream: Upstream) -> As
                 error=answer.error,
                 first=first,
                 choices=answer.other_messages(),
+                timings=answer.timings,
             )
 
 

@@ -17,6 +17,7 @@ from proxy.errors import (
     ContextLengthExceeded,
     ProxyError,
 )
+from proxy.exchange import cache
 from proxy.exchange.calibrate import Opened, exact_prompt_tokens, next_factor
 from proxy.exchange.compile import (
     Compiled,
@@ -78,6 +79,9 @@ class Exchange:
         self.watch: Watch | None = None  # the client watched for a disconnect, while it is
         self._pending: list[Callable[[], None]] = []
         self.opened: tuple[str, Opened] | None = None  # until the answer is recorded
+        self.observed = False  # observe mode: the client's request goes upstream as it came
+        self.expectation: cache.Expectation | None = None  # of the server's prompt cache
+        self.cache: dict[str, Any] = {}  # what the server cached, and why less: for the log
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this exchange's view starts from."""
@@ -213,8 +217,15 @@ class Exchange:
         if compiled.state is None:
             return None
         return Decisions(
-            compiled.state, compiled.factor, compiled.raw_prompt, compiled.tokens_original
+            compiled.state, compiled.factor, self._seen_raw(compiled), compiled.tokens_original
         )
+
+    def _seen_raw(self, compiled: Compiled) -> int:
+        """The uncorrected count of the prompt the upstream got: observed, the client's own,
+        which is what the upstream's prompt_tokens will count (calibration compares them)."""
+        if not self.observed:
+            return compiled.raw_prompt
+        return round(compiled.tokens_original / (compiled.factor or 1.0))
 
     async def fit(
         self, upstream: Upstream, body: dict[str, Any], window: int | None, factor: float
@@ -327,6 +338,10 @@ class Exchange:
     ) -> NewRequest:
         self.sent, self.messages = compiled, body["messages"]
         self.stream = bool(body.get("stream"))
+        if compiled is not None and self.refused is None:
+            counter = self.services.counter.corrected(compiled.factor)
+            self.expectation = cache.expect(self.prior, compiled, counter, self.messages)
+        expected = self.expectation
         return NewRequest(
             session_id=key.id,
             source=key.source,
@@ -345,6 +360,9 @@ class Exchange:
             events=[e.to_dict() for e in compiled.events] if compiled else [],
             decided=self.decisions(compiled) if compiled else None,
             hashes=self.hashes,
+            observed=self.observed,
+            cache_expected=expected.expected if expected else None,
+            cache_previous=expected.previous if expected else None,
         )
 
     async def finish(
@@ -357,15 +375,22 @@ class Exchange:
         error: dict[str, Any] | None = None,
         first: float | None = None,
         choices: Sequence[dict[str, Any] | None] | None = None,
+        timings: Any = None,
     ) -> None:
         if self.ref is None:
             return
         sent_usage = self.rounds.first_usage() if self.rounds else None
         if self.rounds is not None and self.rounds.records:
             mark_rereads(self.rounds.records, response)  # did the recall spare a re-read?
+        self.cache = self._cache_seen(sent_usage or usage, timings, status)
         calibrating = sent_usage or usage
         if isinstance(calibrating, dict) and self.compiled is not None and status < 400:
-            self.calibrate(self.compiled, calibrating.get("prompt_tokens"))
+            self.services.calibration.observe(
+                self.upstream,
+                self.model,
+                self._seen_raw(self.compiled),
+                calibrating.get("prompt_tokens"),
+            )
         now = time.monotonic()
         write = functools.partial(
             self.store.finish_exchange,
@@ -381,6 +406,7 @@ class Exchange:
             choices=choices,
             recalls=self.rounds.records if self.rounds else None,
             sent_usage=sent_usage,
+            cache=self.cache,
         )
         if status < 400 and not partial:  # later requests resend or quote it (conversations.py)
             self.services.conversations.answered(self.ref.session_id, self.messages, response)
@@ -406,6 +432,16 @@ class Exchange:
             self.services.calibration.closed(*self.opened)
             self.opened = None
 
+    def _cache_seen(self, usage: Any, timings: Any, status: int) -> dict[str, Any]:
+        """The cached prompt tokens the server reported (llama.cpp's timings where its usage
+        has none) and, against what was expected, why the turn got less (exchange/cache.py)."""
+        cached = cache.cached_tokens(usage, timings)
+        found: dict[str, Any] = {} if cached is None else {"cached_tokens": cached}
+        if self.expectation is not None and status < 400:
+            cause, lost = self.expectation.cause(cached, self.observed)
+            found |= {"cache_cause": cause, "cache_lost": lost}
+        return found
+
     async def finish_from_data(self, status: int, data: dict[str, Any]) -> None:
         choices = data.get("choices") or [{}]
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
@@ -417,4 +453,5 @@ class Exchange:
             usage=data.get("usage"),
             error=error if isinstance(error, dict) else None,
             choices=others or None,
+            timings=data.get("timings"),
         )

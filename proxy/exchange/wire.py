@@ -86,6 +86,16 @@ class Wire:
             await r.aclose()  # not served there after all: translate from now on
             self.fallbacks.add((upstream.name, self.codec.api))
             self.native = False
+        return await self.translated(exchange, upstream, body, compiled)
+
+    async def translated(
+        self,
+        exchange: steps.Exchange,
+        upstream: Upstream,
+        body: dict[str, Any],
+        compiled: Compiled,
+    ) -> httpx.Response:
+        """The view sent as chat completions, the answer to be translated back."""
         chat = {k: v for k, v in body.items() if not k.startswith(PRIVATE)}
         exchange.tools_removed = body.get(REMOVED_KEY) or []
         # Chat templates refuse a system message after the first: carry it in a user exchange.

@@ -18,6 +18,7 @@ class StreamAssembler:
         self.role = "assistant"
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
         self.done = False
         self.malformed: bytes | None = None  # the first line that is not OpenAI's SSE; then stop
@@ -51,6 +52,8 @@ class StreamAssembler:
             self.error = event["error"]
         if isinstance(event.get("usage"), dict):
             self.usage = event["usage"]
+        if isinstance(event.get("timings"), dict):  # llama.cpp's: its prompt cache (cache_n)
+            self.timings = event["timings"]
         for choice in event.get("choices") or []:
             index = choice.get("index", 0) if isinstance(choice, dict) else None
             if index == 0:

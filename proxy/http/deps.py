@@ -115,9 +115,13 @@ def require_json(request: Request) -> None:
 OFF_LOOP_BYTES = 1 << 20
 
 
+RAW_BODY = "ctxproxy.raw_body"  # where json_body leaves the request's bytes in its scope
+
+
 async def json_body(request: Request, services: ServicesDep) -> dict[str, Any]:
     require_json(request)
     raw = await read_body(request, services.settings.max_body_bytes)
+    request.scope[RAW_BODY] = raw  # observe mode forwards these very bytes
     if len(raw) > OFF_LOOP_BYTES:
         return await run_in_threadpool(parse_json, raw)
     return parse_json(raw)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.observe import access_log
@@ -94,6 +94,26 @@ class Metrics:
             ["upstream", "kind"],
             registry=r,
         )
+        self.cached_tokens = Counter(
+            "ctxproxy_upstream_cached_tokens",
+            "Prompt tokens the upstream reported it took from its cache",
+            ["upstream"],
+            registry=r,
+        )
+        self.cache_lost = Counter(
+            "ctxproxy_cache_lost_tokens",
+            "Prompt tokens an unchanged view would have found cached and this one did not, by "
+            "cause (firing, client, evicted); mode observe: what compaction would have lost",
+            ["upstream", "cause", "mode"],
+            registry=r,
+        )
+        self.net_saved = Gauge(
+            "ctxproxy_net_saved_tokens",
+            "Prefill tokens compaction saved (original - compiled) minus the cache its firings "
+            "lost; mode observe: what it would have saved",
+            ["upstream", "mode"],
+            registry=r,
+        )
         self.recalls = Counter(
             "ctxproxy_recalls",
             "ctxproxy_recall calls answered: ok, truncated, not_found, no_match, bad_call, no_room",
@@ -126,6 +146,8 @@ class FinishedExchange:
     response: dict[str, Any] | None = None
     recalls: list[dict[str, Any]] = field(default_factory=list)
     tools_removed: list[dict[str, Any]] = field(default_factory=list)  # left out by translation
+    observed: bool = False  # observe mode: the view is what would have been sent
+    cache: dict[str, Any] = field(default_factory=dict)  # cached_tokens, cache_cause, cache_lost
 
 
 def exchange_finished(
@@ -163,6 +185,8 @@ def exchange_finished(
         response=response,
         recalls=exchange.rounds.records if exchange.rounds else [],
         tools_removed=list(exchange.tools_removed),
+        observed=exchange.observed,
+        cache=exchange.cache,
     )
     services = exchange.services
     observe(services.metrics, x, log_content=services.settings.log_content)
@@ -193,6 +217,7 @@ def _count(m: Metrics, x: FinishedExchange) -> None:
         phase = "" if e.phase is None else str(e.phase)
         m.compactions.labels(e.strategy, phase).inc()
         m.compaction_saved.labels(e.strategy, phase).inc(max(0, e.tokens_before - e.tokens_after))
+    _count_cache(m, x)
     for call in x.recalls:
         m.recalls.labels(x.upstream, call["outcome"]).inc()
     if kind := upstream_error_kind(x.status, x.error):
@@ -238,3 +263,17 @@ class RequestMetrics:
             method = scope.get("method", "")
             self.metrics.http_requests.labels(method, name, str(status)).inc()
             self.metrics.http_latency.labels(method, name).observe(time.monotonic() - started)
+
+
+def _count_cache(m: Metrics, x: FinishedExchange) -> None:
+    """The cache as the upstream saw it, and compaction's net saving (exchange/cache.py)."""
+    if x.cache.get("cached_tokens") is not None:
+        m.cached_tokens.labels(x.upstream).inc(x.cache["cached_tokens"])
+    if not x.counted or x.status >= 400:
+        return
+    mode = "observe" if x.observed else "compact"
+    lost, cause = x.cache.get("cache_lost") or 0, x.cache.get("cache_cause")
+    if cause:
+        m.cache_lost.labels(x.upstream, cause, mode).inc(lost)
+    charged = lost if cause == "firing" else 0  # the client's and the server's own are not
+    m.net_saved.labels(x.upstream, mode).inc(x.tokens_original - x.tokens_compiled - charged)

@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -139,6 +140,14 @@ class ExchangeRow(Base):
     choices: Mapped[list[Any] | None]
     # The model's ctxproxy_recall calls, one dict each: round, arguments, outcome, result.
     recalls: Mapped[list[Any] | None]
+    # Observe mode: the client's request went upstream as it came; the view is what would have.
+    observed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The prompt cache (proxy/exchange/cache.py): the view's prefix expected reusable, the
+    # previous view's tokens, why the upstream cached less (firing, client, evicted), how much.
+    cache_expected: Mapped[int | None] = mapped_column(Integer)
+    cache_previous: Mapped[int | None] = mapped_column(Integer)
+    cache_cause: Mapped[str | None] = mapped_column(String(16))
+    cache_lost: Mapped[int | None] = mapped_column(Integer)
 
 
 class InstanceRow(Base):

@@ -60,15 +60,34 @@ def _totals_columns() -> list[Any]:
         func.sum(x.completion_tokens),
         func.sum(x.cached_tokens),
         func.count(x.leaf_entry_id.distinct()),
+        tokens(case((x.cache_cause == "firing", x.cache_lost), else_=0)),
+        func.sum(case((x.observed, 1), else_=0)),
+        func.sum(case((x.cache_cause.is_not(None), 1), else_=0)),
     ]
 
 
 def _totals(row: Sequence[Any] | None) -> Totals:
     if row is None:
         return Totals()
-    n, pending, errors, orig, comp, prompt, completion, cached, turns = (int(v or 0) for v in row)
+    n, pending, errors, orig, comp, prompt, completion, cached, turns, lost, observed, broke = (
+        int(v or 0) for v in row
+    )
     return Totals(
-        n, pending, errors, orig, comp, orig - comp, prompt, completion, cached, turns, n - turns
+        n,
+        pending,
+        errors,
+        orig,
+        comp,
+        orig - comp,
+        prompt,
+        completion,
+        cached,
+        turns,
+        n - turns,
+        cache_lost=lost,
+        net_saved=orig - comp - lost,
+        observed=observed,
+        cache_breaks=broke,
     )
 
 
@@ -303,6 +322,11 @@ def _exchange_summary(x: ExchangeRow, turns: dict[int, tuple[int, int]]) -> Exch
         prompt_tokens=x.prompt_tokens,
         completion_tokens=x.completion_tokens,
         cached_tokens=x.cached_tokens,
+        observed=bool(x.observed),
+        cache_expected=x.cache_expected,
+        cache_previous=x.cache_previous,
+        cache_cause=x.cache_cause,
+        cache_lost=x.cache_lost,
         key_id=x.key_id,
     )
 

@@ -28,3 +28,6 @@ class NewRequest:
     events: list[dict[str, Any]]
     decided: Decisions | None = None  # the compile's decisions: the branch's next turn starts there
     hashes: list[str] | None = None  # message_hash of each message, when the caller has them
+    observed: bool = False  # observe mode: the client's request went upstream unchanged
+    cache_expected: int | None = None  # the view's prefix expected cached (exchange/cache.py)
+    cache_previous: int | None = None  # the previous view's tokens on the branch

@@ -136,6 +136,9 @@ class Store:
                 "partial": False,
                 "key_id": key_id,
                 "owner": self.instance,
+                "observed": new.observed,
+                "cache_expected": new.cache_expected,
+                "cache_previous": new.cache_previous,
             }
             if seq is None:
                 row["counted"] = session_id
@@ -204,6 +207,7 @@ class Store:
         recalls: list[dict[str, Any]] | None = None,
         sent_usage: dict[str, Any] | None = None,
         expected: bool = False,
+        cache: dict[str, Any] | None = None,
     ) -> None:
         """Close an exchange; its answer (complete or partial) joins the session's history,
         the answers of further choices (n > 1) are kept beside it. `usage` is what the client
@@ -247,6 +251,7 @@ class Store:
                 **({"recalls": recalls} if recalls is not None else {}),  # else: as saved
                 "progress": None,
                 **writes.usage_columns(sent_usage or usage),
+                **(cache or {}),  # cached_tokens, cache_cause, cache_lost (exchange/cache.py)
             }
             if isinstance(found, writes.Linked):
                 values.pop("response_entry_id")

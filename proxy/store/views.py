@@ -34,6 +34,12 @@ class Totals:
     cached_tokens: int = 0
     turns: int = 0  # distinct histories sent: what the user counts as turns
     retries: int = 0  # requests that resent a history already sent (SDK retries, regenerates)
+    # The prompt cache (proxy/exchange/cache.py): what firings cost in cached prompt tokens,
+    # and prefill tokens saved net of it; with observed exchanges, what it would have been.
+    cache_lost: int = 0
+    net_saved: int = 0
+    observed: int = 0  # exchanges in observe mode: the upstream got the client's request
+    cache_breaks: int = 0  # turns that found less cached than an unchanged view would have
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,11 @@ class ExchangeSummary:
     completion_tokens: int | None
     cached_tokens: int | None
     key_id: str | None = None  # the client key's id (a hash), when api_keys is set
+    observed: bool = False  # observe mode: the upstream got the client's request unchanged
+    cache_expected: int | None = None  # the view's prefix expected cached (shared with the last)
+    cache_previous: int | None = None  # the branch's previous view: what an unchanged one reuses
+    cache_cause: str | None = None  # why less was cached: firing, client or evicted
+    cache_lost: int | None = None  # tokens cached below what an unchanged view would have had
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ STRATEGY_COLORS = {
 }
 PALETTE = ["#2b8a3e", "#1864ab", "#862e9c", "#a61e4d", "#5c940d", "#0b7285", "#e8590c"]
 FAILED_COLOR = "#c92a2a"
+CAUSE_COLORS = {"firing": "#e8590c", "client": "#1864ab", "evicted": "#862e9c"}
 LABEL_FONT_PX = 11
 LABEL_CHAR_PX = 6.8  # an upper bound for the label font's average glyph width
 LABEL_LANES = 3  # rows of labels along the top; a label that fits no row is left to the legend
@@ -71,6 +72,18 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Break:
+    """A turn that found less of its prompt cached than an unchanged view would have."""
+
+    seq: int
+    x: float
+    y: float
+    cause: str
+    color: str
+    title: str
+
+
+@dataclass(frozen=True)
 class Tick:
     at: float
     label: str
@@ -87,6 +100,7 @@ class Chart:
     y_ticks: list[Tick]
     legend: list[tuple[str, str]] = field(default_factory=list)  # strategy, color
     failures: list[Failure] = field(default_factory=list)
+    breaks: list[Break] = field(default_factory=list)
     plot: tuple[float, float, float, float] = (LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM)
 
 
@@ -102,6 +116,11 @@ def build(turns: Sequence[ExchangeSummary], scale: str | None = None) -> Chart |
         "compiled": [None if f else t.tokens_compiled for t, f in zip(turns, failed, strict=True)],
         "budget": [t.budget for t in turns],
         "window": [t.window for t in turns],
+        # The prompt cache as the upstream saw it (proxy/exchange/cache.py), and compaction's
+        # saving so far net of the cache its firings lost.
+        "cached": [t.cached_tokens for t in turns],
+        "expected": [t.cache_expected for t in turns],
+        "net saved": _net_saved(turns, failed),
     }
     shown = [v for vs in values.values() for v in vs if v] + [
         t.tokens_compiled for t, f in zip(turns, failed, strict=True) if f and t.tokens_compiled
@@ -114,7 +133,11 @@ def build(turns: Sequence[ExchangeSummary], scale: str | None = None) -> Chart |
     y = _y_scale(scale, top, floor)
     x = _x_scale(len(turns))
     series = [
-        Series(name, name, " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(vs) if v))
+        Series(
+            name,
+            name.replace(" ", "-"),
+            " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(vs) if v is not None),
+        )
         for name, vs in values.items()
         if any(vs)
     ]
@@ -123,6 +146,18 @@ def build(turns: Sequence[ExchangeSummary], scale: str | None = None) -> Chart |
         Failure(t.seq, x(i), y(t.tokens_compiled or t.tokens_original), _failure_title(t))
         for i, (t, f) in enumerate(zip(turns, failed, strict=True))
         if f
+    ]
+    breaks = [
+        Break(
+            t.seq,
+            x(i),
+            y(t.cached_tokens if t.cached_tokens is not None else t.cache_expected),
+            t.cache_cause,
+            CAUSE_COLORS.get(t.cache_cause, FAILED_COLOR),
+            f"request {t.seq}: cache lost {t.cache_lost or 0:,} tokens ({t.cache_cause})",
+        )
+        for i, t in enumerate(turns)
+        if t.cache_cause
     ]
     return Chart(
         WIDTH,
@@ -134,7 +169,20 @@ def build(turns: Sequence[ExchangeSummary], scale: str | None = None) -> Chart |
         _y_ticks(scale, top, floor, y),
         legend,
         failures,
+        breaks,
     )
+
+
+def _net_saved(turns: Sequence[ExchangeSummary], failed: list[bool]) -> list[int | None]:
+    """Each turn's prompt tokens saved less the cache its firing lost, at 0 where the loss
+    outweighs the saving (the session's total is in the summary above the chart); None
+    where the turn failed or no turn so far has saved anything."""
+    out: list[int | None] = []
+    for t, f in zip(turns, failed, strict=True):
+        lost = (t.cache_lost or 0) if t.cache_cause == "firing" else 0
+        net = t.tokens_original - t.tokens_compiled - lost
+        out.append(None if f or not any(out) and net <= 0 else max(net, 0))
+    return out
 
 
 def _failure_title(t: ExchangeSummary) -> str:

@@ -86,6 +86,9 @@ def test_sessions_lists_a_table(
         "→",
         "AFTER",
         "SAVED",
+        "NET",
+        "OF",
+        "CACHE",
         "UPDATED",
         "FIRST",
         "MESSAGE",
@@ -93,6 +96,7 @@ def test_sessions_lists_a_table(
     row = out[1].split()
     assert row[:6] == ["agent-7", "path", "qwen", "3", "0", "0"]
     assert row[6:9] == ["7,200", "→", "2,700"] and row[9] == "62%"
+    assert row[10] == "4,500"  # saved, no firing having cost any cache
     assert row[-2:] == ["turn", "0"]  # the first user message names the session
     assert out[-1].startswith("1–1 of 1 sessions · turns: histories sent; retries resend one")
 
@@ -110,10 +114,10 @@ def test_sessions_shows_one_sessions_turns(
     assert out[2].split()[:5] == ["REQUEST", "TURN", "TIME", "MODEL", "STATUS"]
     turns = [line.split() for line in out[3:]]
     assert [t[:2] for t in turns] == [["1", "1"], ["2", "2"], ["3", "3"]]
-    assert turns[0][4:6] == ["qwen", "200"] and turns[0][-4:] == ["1,200", "→", "900", "-"]
+    assert turns[0][4:6] == ["qwen", "200"] and turns[0][-5:] == ["1,200", "→", "900", "-", "-"]
     assert turns[1][4:7] == ["qwen", "200", "partial"]
     assert turns[2][4:6] == ["qwen", "pending"]
-    assert turns[2][-5:] == ["3,600", "→", "900", "traceback,", "tiered:2"]
+    assert turns[2][-6:] == ["3,600", "→", "900", "traceback,", "tiered:2", "-"]
 
 
 def test_sessions_shows_retries_and_refusals_apart(
@@ -164,9 +168,9 @@ def test_sessions_shows_retries_and_refusals_apart(
     out = capsys.readouterr().out.splitlines()
     assert "1 turn · 3 requests (2 retries, 3 failed)" in out[0]
     assert [line.split()[4:] for line in out[3:]] == [
-        ["qwen", "502", "5,000", "→", "4,500", "-"],
-        ["qwen", "400", "refused", "(retry", "of", "1)", "5,000", "→", "4,500", "-"],
-        ["qwen", "400", "refused", "(retry", "of", "1)", "5,000", "→", "4,500", "-"],
+        ["qwen", "502", "5,000", "→", "4,500", "-", "-"],
+        ["qwen", "400", "refused", "(retry", "of", "1)", "5,000", "→", "4,500", "-", "-"],
+        ["qwen", "400", "refused", "(retry", "of", "1)", "5,000", "→", "4,500", "-", "-"],
     ]
 
 
@@ -199,3 +203,58 @@ def test_serve_upgrades_the_database_before_it_starts(
     monkeypatch.setattr("uvicorn.run", fake_run)
     assert run(config, "serve", "--port", "0") == 0
     assert seen == [False]
+
+
+def test_sessions_shows_the_cache_and_what_observe_mode_would_have_saved(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'cli.db'}")
+    store.upgrade()
+    history = [{"role": "user", "content": "observe me"}]
+    for turn, cache in enumerate(
+        [{"cached_tokens": 0}, {"cached_tokens": 300, "cache_cause": "firing", "cache_lost": 700}]
+    ):
+        ref = store.record_request(
+            NewRequest(
+                session_id="watched",
+                source="header",
+                messages=list(history),
+                request={"model": "qwen"},
+                model="qwen",
+                upstream="local",
+                stream=False,
+                compiled=list(history),
+                tokens_original=3000,
+                tokens_compiled=1000,
+                budget=1500,
+                window=2048,
+                pipeline=["tiered"],
+                events=[],
+                observed=True,
+                cache_expected=300 if turn else None,
+                cache_previous=1000 if turn else None,
+            )
+        )
+        answer = {"role": "assistant", "content": f"ok {turn}"}
+        store.finish_exchange(
+            ref,
+            status=200,
+            latency_ms=5,
+            ttft_ms=None,
+            response=answer,
+            partial=False,
+            usage=None,
+            error=None,
+            cache=cache,
+        )
+        history += [answer, {"role": "user", "content": f"more {turn}"}]
+    store.close()
+    assert run(config, "sessions") == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[10:12] == ["3,300", "(would)"]  # 2 x 2,000 saved, less 700 lost to a firing
+    assert run(config, "sessions", "watched") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "net of cache 3,300 (would)" in out[0]
+    turns = [line.split() for line in out[3:]]
+    assert turns[0][-2:] == ["0/0", "observed"]
+    assert turns[1][-5:] == ["300/300", "lost", "700", "(firing)", "observed"]

@@ -1,6 +1,6 @@
 """Per-install secrets: the key that signs response ids, shared by every replica of a database.
 
-Revision ID: 0005_ids
+Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-04
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005_ids"
+revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
