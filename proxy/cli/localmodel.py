@@ -183,7 +183,7 @@ class LlamaServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: tempfile._TemporaryFileWrapper[bytes] | None = None
 
-    def start(self, timeout: float = 60.0) -> LlamaServer:
+    def start(self, timeout: float = 120.0) -> LlamaServer:
         # llama.cpp logs a lot; a file, unlike a pipe, can never fill up and block it.
         self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log")
         cmd = [
