@@ -45,7 +45,7 @@ DOCS = ["README.md", "bench/README.md", "tests/llama/LLAMACPP_NOTES.md"]
 
 
 def system_prompt(tokens: int) -> str:
-    from proxy.exchange.tokens import TokenCounter
+    from proxy.compile.tokens import TokenCounter
 
     text = "\n\n".join((tabulate.ROOT.parent / p).read_text() for p in DOCS)
     while TokenCounter().text(text) < tokens:
@@ -113,7 +113,7 @@ class Upstream:
         from starlette.responses import JSONResponse
         from starlette.routing import Route
 
-        from proxy.exchange.tokens import TokenCounter
+        from proxy.compile.tokens import TokenCounter
         from proxy.formats import anthropic
 
         counter = TokenCounter()

@@ -14,8 +14,8 @@ import random
 import statistics
 import time
 
-from proxy.exchange.compile import Compiled, compile_request
-from proxy.exchange.tokens import TokenCounter
+from proxy.compile.tokens import TokenCounter
+from proxy.compile.view import Compiled, compile_request
 from proxy.settings import CompactionSettings
 from strategies.elide import elide
 from strategies.forms import _truncate

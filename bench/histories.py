@@ -72,7 +72,7 @@ def agent_history(messages: int, lines: int | None = None) -> list[dict[str, Any
 
 def history_for_tokens(messages: int, tokens: int) -> list[dict[str, Any]]:
     """A `messages`-long agent history of about `tokens` tokens (cl100k)."""
-    from proxy.exchange.tokens import TokenCounter
+    from proxy.compile.tokens import TokenCounter
 
     counter = TokenCounter()
     pairs = max((messages - 2) // 2, 1)
@@ -89,6 +89,6 @@ def history_for_tokens(messages: int, tokens: int) -> list[dict[str, Any]]:
 
 
 def count_tokens(messages: list[dict[str, Any]]) -> int:
-    from proxy.exchange.tokens import TokenCounter
+    from proxy.compile.tokens import TokenCounter
 
     return TokenCounter().count_messages(messages)

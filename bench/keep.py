@@ -15,7 +15,7 @@ import statistics
 
 from bench import quality
 from bench.planted import misleading_session, planted_session
-from proxy.exchange.tokens import TokenCounter
+from proxy.compile.tokens import TokenCounter
 from strategies.pipeline import request_points
 
 Sessions = list[tuple[str, list[dict], list[str], str | None]]  # id, messages, probes, rule

@@ -25,9 +25,9 @@ from typing import Any
 
 from bench import baselines
 from bench.corpus import Trajectory, load_corpus
+from proxy.compile.tokens import TokenCounter
+from proxy.compile.view import compile_request
 from proxy.errors import ContextLengthExceeded
-from proxy.exchange.compile import compile_request
-from proxy.exchange.tokens import TokenCounter
 from proxy.recall import tool as recall_tool
 from proxy.settings import CompactionSettings
 from proxy.testing.validity import problems

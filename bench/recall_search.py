@@ -12,8 +12,10 @@ import re
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from proxy.recall.search import compile_query
+from proxy.testing.histories import log_lines
 
 QUERIES = [
     "DATABASE_PORT",
@@ -22,14 +24,14 @@ QUERIES = [
     r"batch 1[0-9]{2}$",
     "error|warning",
 ]
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "unit" / "strategies" / "fixtures"
 HOSTILE = ["(a+)+$", "(a|aa)+$"]
 EVIL_LINE = "a" * 22 + "!"  # 22, not 26: `re` must end in the baseline column too
 
 
 def history(outputs: int) -> list[str]:
-    from tests.unit.strategies.helpers import fixture, log_lines
-
-    return [fixture("pytest_failures.txt") if n % 3 else log_lines(400) for n in range(outputs)]
+    failures = (FIXTURES / "pytest_failures.txt").read_text()
+    return [failures if n % 3 else log_lines(400) for n in range(outputs)]
 
 
 def per_line_re(query: str) -> Callable[[str], list[int]]:

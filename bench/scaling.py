@@ -64,7 +64,7 @@ class Naive:
         self.bytes += len(raw)
 
     def handle(self, raw: bytes) -> float:
-        from proxy.exchange.tokens import TokenCounter
+        from proxy.compile.tokens import TokenCounter
 
         start = time.perf_counter()
         body = json.loads(raw)
@@ -82,10 +82,10 @@ class Naive:
 
 def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: Any) -> dict:
     """The chat route's steps, timed one by one, on a fresh store; naive beside it."""
-    from proxy.exchange.compile import compile_request
-    from proxy.exchange.identify import identify
-    from proxy.exchange.tokens import TokenCounter
+    from proxy.compile.tokens import TokenCounter
+    from proxy.compile.view import compile_request
     from proxy.formats.chat import parse_chat, parse_json
+    from proxy.sessions.identify import identify
     from proxy.settings import CompactionSettings
     from proxy.store import Store
     from proxy.store.digest import hash_messages

@@ -167,7 +167,7 @@ class Upstream:
         from starlette.responses import JSONResponse
         from starlette.routing import Route
 
-        from proxy.exchange.tokens import TokenCounter
+        from proxy.compile.tokens import TokenCounter
 
         counter = TokenCounter()
 
@@ -286,7 +286,7 @@ def _start_proxy(
 
 def prefix_reuse(prompts: list[str]) -> float:
     """Token-weighted: sum of tokens of the common prefix over sum of the previous prompt's."""
-    from proxy.exchange.tokens import TokenCounter
+    from proxy.compile.tokens import TokenCounter
 
     counter = TokenCounter()
     same = total = 0
@@ -312,8 +312,8 @@ def _common(a: str, b: str) -> int:
 def compile_times(session: list[dict], window: int, at: Iterable[int]) -> tuple[float, ...]:
     """In process, as the route does: each turn from the previous turn's state; the turns in
     `at` timed (median of 5)."""
-    from proxy.exchange.compile import compile_request
-    from proxy.exchange.tokens import TokenCounter
+    from proxy.compile.tokens import TokenCounter
+    from proxy.compile.view import compile_request
     from proxy.settings import CompactionSettings
 
     settings, counter, prior = CompactionSettings(), TokenCounter(), None

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import quality
-from proxy.exchange.compile import compile_request
-from proxy.exchange.tokens import TokenCounter
+from proxy.compile.tokens import TokenCounter
+from proxy.compile.view import compile_request
 from proxy.settings import CompactionSettings
 from strategies.pipeline import request_points
 

@@ -7,7 +7,6 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -30,15 +29,15 @@ from proxy.api import (
     responses,
     ui,
 )
+from proxy.compile.calibrate import Calibration
+from proxy.compile.tokens import TokenCounter
 from proxy.errors import ProxyError, StorageUnavailable, error_body
-from proxy.exchange.calibrate import Calibration
-from proxy.exchange.conversations import Conversations
-from proxy.exchange.tokens import TokenCounter
 from proxy.formats import anthropic
 from proxy.http import openapi
 from proxy.http.guard import HostGuard
 from proxy.http.memory import ReturnMemory
 from proxy.observe.metrics import Metrics, RequestMetrics
+from proxy.services import Services
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.store.heartbeat import Liveness
@@ -49,23 +48,6 @@ from strategies import budget as caches
 log = logging.getLogger("ctxproxy")
 SWITCH_INTERVAL_S = 0.0005
 YOUNG_OBJECTS = 20_000  # allocations between young collections (Python's default: 700)
-
-
-@dataclass
-class Services:
-    """What the handlers need, built once per app in the lifespan."""
-
-    settings: Settings
-    client: httpx.AsyncClient
-    counter: TokenCounter
-    store: Store
-    windows: Windows
-    calibration: Calibration
-    metrics: Metrics
-    # (upstream, api) pairs that answered 404 natively: translated from then on
-    wire_fallbacks: set[tuple[str, str]] = field(default_factory=set)
-    # recent fingerprint sessions, so an agent's side requests join their conversation
-    conversations: Conversations = field(default_factory=Conversations)
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:

@@ -399,7 +399,7 @@ def load_corpus(
 
 
 if __name__ == "__main__":
-    from proxy.exchange.tokens import TokenCounter
+    from proxy.compile.tokens import TokenCounter
 
     counter = TokenCounter()
     for t in load_corpus(rebuild=True):

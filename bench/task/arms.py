@@ -45,7 +45,7 @@ class Counter:
     """Tokens of a request as the scripted model counts them."""
 
     def __init__(self) -> None:
-        from proxy.exchange.tokens import TokenCounter
+        from proxy.compile.tokens import TokenCounter
 
         self._counter = TokenCounter()
 

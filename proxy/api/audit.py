@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from proxy.errors import BadRequest, NotFound
 from proxy.http.access import Viewer, ViewerDep, audit_viewer
 from proxy.http.deps import ServicesDep
+from proxy.recall import tool as recall
 from proxy.store import (
     AmbiguousPrefix,
     ExchangeDetail,
@@ -118,6 +119,7 @@ async def get_exchange(
 ) -> ExchangeDetail:
     await check_session(services, viewer, session_id)
     found = await run_in_threadpool(services.store.get_exchange, session_id, seq)
+    found = found and recall.as_forwarded(found)
     if found is None:
         raise NotFound(f"No exchange {seq} in session '{session_id}'", param="seq")
     return found

@@ -11,8 +11,9 @@ from starlette.routing import Route
 from proxy.api.audit import HASH_PREFIX
 from proxy.errors import BadRequest, NotFound
 from proxy.exchange import compress
-from proxy.http.deps import ClientAuth, ServicesDep, client_key_id
+from proxy.http.deps import ClientAuth, ServicesDep
 from proxy.http.plain import plain_routes
+from proxy.sessions.owners import client_key_id
 from proxy.store import AmbiguousPrefix
 
 router = APIRouter(dependencies=[ClientAuth], tags=["compress"])
@@ -30,7 +31,7 @@ async def retrieve(ref: str, request: Request, services: ServicesDep) -> dict[st
     digest = ref.removeprefix("/").removeprefix("messages/")
     if not HASH_PREFIX.fullmatch(digest):
         raise BadRequest("A reference is /messages/<12 to 64 hex characters>", param="ref")
-    owner = client_key_id(request, services)
+    owner = client_key_id(request, services.settings.api_keys)
     try:
         found = await run_in_threadpool(services.store.get_message, digest, owner)
     except AmbiguousPrefix:

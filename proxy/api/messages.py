@@ -6,13 +6,13 @@ from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
+from proxy.compile.view import compile_request
 from proxy.errors import ContextLengthExceeded, ModelNotFound
 from proxy.exchange import lifecycle as exchange
-from proxy.exchange.compile import compile_request
+from proxy.exchange.codecs import MESSAGES
 from proxy.exchange.wire import Wire
 from proxy.formats import anthropic
 from proxy.formats.chat import parse_chat
-from proxy.formats.codecs import MESSAGES
 from proxy.http.deps import ClientAuth, JsonBody, ServicesDep
 from proxy.http.plain import plain_routes
 

@@ -9,11 +9,12 @@ from starlette.routing import Route
 
 from proxy.exchange import lifecycle as exchange
 from proxy.exchange import previous
+from proxy.exchange.codecs import RESPONSES
 from proxy.exchange.wire import Wire
 from proxy.formats import responses
-from proxy.formats.codecs import RESPONSES
-from proxy.http.deps import ClientAuth, JsonBody, ServicesDep, client_key_id
+from proxy.http.deps import ClientAuth, JsonBody, ServicesDep
 from proxy.http.plain import plain_routes
+from proxy.sessions.owners import client_key_id
 
 router = APIRouter(dependencies=[ClientAuth])
 PATHS = ("/v1/responses", "/s/{session}/v1/responses")
@@ -34,7 +35,7 @@ async def create_response(
     # Codex names its conversation in a session_id header.
     session = session or request.headers.get("session_id")
     if isinstance(body.get("previous_response_id"), str):
-        owner = client_key_id(request, services)
+        owner = client_key_id(request, services.settings.api_keys)
         session_id, earlier = await previous.history(
             services.store, body["previous_response_id"], owner
         )

@@ -20,10 +20,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from proxy.api.audit import Seq, check_session
+from proxy.compile.tokens import TokenCounter
 from proxy.errors import Unauthorized
-from proxy.exchange.tokens import TokenCounter
 from proxy.http.access import Viewer, audit_viewer
 from proxy.http.deps import ServicesDep
+from proxy.recall import tool as recall
 from proxy.ui import chart, compare, firing
 from strategies.messages import message_hash
 
@@ -157,6 +158,7 @@ async def exchange_page(
 ) -> HTMLResponse:
     await check_session(services, viewer, session_id)
     x = await run_in_threadpool(services.store.get_exchange, session_id, seq)
+    x = x and recall.as_forwarded(x)
     last = await run_in_threadpool(services.store.last_seq, session_id)
     if x is None:
         known = session_id if last else None

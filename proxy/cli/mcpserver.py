@@ -12,11 +12,12 @@ from typing import Any
 
 import orjson
 
+from proxy.compile.tokens import TokenCounter
 from proxy.errors import NotFound, ProxyError
-from proxy.exchange.tokens import TokenCounter
 from proxy.http.access import Viewer
-from proxy.http.deps import key_id, key_matches
+from proxy.http.deps import key_matches
 from proxy.recall import tool as recall
+from proxy.sessions.owners import key_id
 from proxy.settings import ConfigError, Settings
 from proxy.store import AmbiguousPrefix, Store
 
@@ -63,7 +64,7 @@ class Archive:
         found = self.store.get_exchange(session_id, seq)
         if found is None:
             raise NotFound(f"No exchange {seq} in session '{session_id}'")
-        return _json(found)
+        return _json(recall.as_forwarded(found))
 
     def read_message(self, ref: str) -> str:
         digest = ref.strip().removeprefix("/").removeprefix("messages/")

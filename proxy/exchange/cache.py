@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.exchange.compile import Compiled
-from proxy.exchange.tokens import TokenCounter
+from proxy.compile.tokens import TokenCounter
+from proxy.compile.view import Compiled
 from proxy.store.states import Prior
 from strategies.state import Form, Item, ViewState
 

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from fastapi import Request, Response
 
+from proxy.compile.view import compilation_headers
 from proxy.errors import BadRequest, ContextLengthExceeded
-from proxy.exchange.compile import compilation_headers
-from proxy.exchange.identify import identify
 from proxy.exchange.prepare import prepare
 from proxy.exchange.steps import Exchange
 from proxy.exchange.wire import API_KEY
-from proxy.http.deps import client_key_id
 from proxy.observe.timing import Timing
+from proxy.sessions.identify import identify
+from proxy.sessions.owners import client_key_id
 from proxy.settings import Upstream
 
 if TYPE_CHECKING:
-    from proxy.app import Services
+    from proxy.services import Services
 
 API = "compress"
 WINDOW = "context_window"
@@ -52,7 +52,7 @@ async def run(
             f"No context window is known for model '{chat.model}': send `context_window`",
             param=WINDOW,
         )
-    owner = client_key_id(request, services)
+    owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, chat_body, owner)
     key = services.conversations.place(key, chat_body)
     exchange = Exchange(services, timing, upstream.name, chat.model)

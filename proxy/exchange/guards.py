@@ -11,7 +11,7 @@ import httpx
 from fastapi import Request
 
 from proxy.errors import ProxyError
-from proxy.http.disconnect import ClientClosed, unless_disconnected
+from proxy.exchange.disconnect import ClientClosed, unless_disconnected
 from proxy.settings import Upstream
 from proxy.upstream import answers
 from proxy.upstream import send as up

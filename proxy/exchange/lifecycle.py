@@ -17,35 +17,35 @@ from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from proxy.compile.view import (
+    Compiled,
+    asked_tokens,
+    compilation_headers,
+)
 from proxy.errors import (
     ContextLengthExceeded,
     ModelNotFound,
     ProxyError,
 )
-from proxy.exchange.compile import (
-    Compiled,
-    asked_tokens,
-    compilation_headers,
-)
-from proxy.exchange.conversations import told
+from proxy.exchange.disconnect import Watch
 from proxy.exchange.guards import overflow_of, read_checked, unless_gone
-from proxy.exchange.identify import identify
 from proxy.exchange.observing import HEADER as MODE_HEADER
 from proxy.exchange.observing import observing
 from proxy.exchange.observing import send as send_observed
 from proxy.exchange.prepare import prepare
 from proxy.exchange.relay import relay
 from proxy.exchange.steps import Exchange
-from proxy.http.deps import client_key_id
-from proxy.http.disconnect import Watch
 from proxy.observe.timing import Timing
 from proxy.recall import tool as recall
+from proxy.sessions.conversations import told
+from proxy.sessions.identify import identify
+from proxy.sessions.owners import client_key_id
 from proxy.settings import Upstream
 from proxy.upstream import send as up
 
 if TYPE_CHECKING:  # both import this module
-    from proxy.app import Services
     from proxy.exchange.wire import Wire
+    from proxy.services import Services
 
 log = logging.getLogger("ctxproxy.exchange")
 T = TypeVar("T")
@@ -89,7 +89,7 @@ async def _exchange(
         raise ModelNotFound(chat.model)
     exchange = Exchange(services, timing, upstream.name, chat.model)
     exchange.observed = observing(request, settings)
-    owner = client_key_id(request, services)
+    owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
     key = services.conversations.place(key, body)
     window = await services.windows.window(upstream, chat.model)

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from fastapi import Request
 
+from proxy.compile.view import Compiled
 from proxy.errors import ProxyError
-from proxy.exchange.compile import Compiled
-from proxy.http.deps import RAW_BODY
 from proxy.settings import Settings, Upstream
 from proxy.upstream import send as up
+
+RAW_BODY = "ctxproxy.raw_body"  # where the body's reader (http/deps.py) leaves its bytes
 
 if TYPE_CHECKING:  # both import this module
     from proxy.exchange.steps import Exchange

@@ -7,9 +7,10 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from proxy.exchange import conversations, pairing
+from proxy.exchange import pairing
 from proxy.exchange.privacy import without_identity
 from proxy.formats.chat import ChatHead, chat_head
+from proxy.sessions import conversations
 
 # Up to this many messages the checks take well under a millisecond: the thread hop would cost
 # more than it saves.

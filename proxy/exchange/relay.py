@@ -8,7 +8,7 @@ a round that ends in recall calls only is answered and followed by the next roun
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
@@ -17,9 +17,10 @@ import httpx
 
 from proxy.errors import ProxyError, UpstreamInvalid, sse_error
 from proxy.exchange.progress import Progress
+from proxy.exchange.recallstream import StreamFilter
+from proxy.exchange.rounds import Rounds
 from proxy.formats.chat_stream import StreamAssembler
-from proxy.recall.rounds import Rounds
-from proxy.recall.stream import StreamFilter
+from proxy.formats.events import Assembler
 from proxy.settings import Upstream
 from proxy.upstream import send as up
 
@@ -141,3 +142,40 @@ def end_unfinished(answer: StreamAssembler, upstream: str) -> bytes:
     exc = UpstreamInvalid(f"Upstream '{upstream}' ended its event stream without [DONE]")
     answer.error = exc.body()["error"]
     return b"\n\n" + sse_error(exc)
+
+
+async def relay_native(
+    exchange: Exchange,
+    r: httpx.Response,
+    upstream: Upstream,
+    answer: Assembler,
+    error_event: Callable[[ProxyError], bytes],
+) -> AsyncIterator[bytes]:
+    """The upstream's own events as they come, whole; its answer recorded when they end."""
+    first = None
+    try:
+        async with aclosing(whole_events(r, upstream)) as events:
+            async for ready in events:
+                if isinstance(ready, ProxyError):  # an event it cut off is dropped
+                    answer.error = ready.body()["error"]
+                    yield error_event(ready)
+                    break
+                first = first or time.monotonic()
+                if not ready.endswith((b"\n\n", b"\r\n\r\n")):  # the last, unended event
+                    ready += b"\n\n"
+                answer.feed(ready)
+                yield answer.renamed(ready)
+        if not answer.done and answer.error is None:
+            exc = UpstreamInvalid(f"Upstream '{upstream.name}' ended its stream unfinished")
+            answer.error = exc.body()["error"]
+            yield error_event(exc)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await exchange.finish(
+                status=r.status_code,
+                response=answer.message(),
+                usage=answer.usage,
+                partial=not answer.done or answer.error is not None,
+                error=answer.error,
+                first=first,
+            )

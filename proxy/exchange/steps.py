@@ -13,28 +13,27 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 from starlette.concurrency import run_in_threadpool
 
-from proxy.errors import (
-    ContextLengthExceeded,
-    ProxyError,
-)
-from proxy.exchange import cache
-from proxy.exchange.calibrate import Opened, exact_prompt_tokens, next_factor
-from proxy.exchange.compile import (
+from proxy.compile.calibrate import Opened, exact_prompt_tokens, next_factor
+from proxy.compile.view import (
     Compiled,
     answer_limit,
     compile_request,
     limited,
     message_budget,
 )
+from proxy.errors import (
+    ContextLengthExceeded,
+    ProxyError,
+)
+from proxy.exchange import cache, rounds
+from proxy.exchange.disconnect import Watch
+from proxy.exchange.finished import exchange_finished
 from proxy.exchange.guards import answer_json
-from proxy.exchange.identify import SessionKey
+from proxy.exchange.rounds import Rounds, folded
 from proxy.formats.chat_stream import MAX_CHOICES
-from proxy.http.disconnect import Watch
-from proxy.observe import metrics as observe
 from proxy.observe.timing import Timing
-from proxy.recall import rounds
 from proxy.recall.followed import mark_rereads
-from proxy.recall.rounds import Rounds, folded
+from proxy.sessions.identify import SessionKey
 from proxy.settings import Upstream
 from proxy.store import RequestRef
 from proxy.store.digest import hash_messages
@@ -44,7 +43,7 @@ from proxy.upstream import send as up
 from proxy.upstream.overflow import Overflow
 
 if TYPE_CHECKING:  # both import this module
-    from proxy.app import Services
+    from proxy.services import Services
 
 
 log = logging.getLogger("ctxproxy.exchange")
@@ -416,7 +415,7 @@ class Exchange:
         else:
             await run_in_threadpool(write)
             self._recorded()
-        observe.exchange_finished(self, status, now, first, response, partial, error)
+        exchange_finished(self, status, now, first, response, partial, error)
 
     async def flush(self) -> None:
         """Write the records deferred while the answer was sent; from now on, at once."""

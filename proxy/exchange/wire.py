@@ -13,12 +13,12 @@ import httpx
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from proxy.compile.view import Compiled
 from proxy.errors import ProxyError, UpstreamInvalid
 from proxy.exchange import guards, steps
-from proxy.exchange.compile import Compiled
 from proxy.exchange.privacy import without_identity
-from proxy.exchange.relay import relay
-from proxy.formats.events import Assembler, relay_native
+from proxy.exchange.relay import relay, relay_native
+from proxy.formats.events import Assembler
 from proxy.formats.groups import Conversion
 from proxy.formats.reminders import fold
 from proxy.formats.toolnames import REMOVED_KEY

@@ -1,23 +1,11 @@
-"""Server-sent events for the converters: reading them as they pass, writing them, and relaying
-a native stream while the answer is assembled for the audit record."""
+"""Server-sent events for the converters: reading them as they pass, writing them, and the
+assembly of an answer for the audit record while a native stream is relayed."""
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Protocol
-
-import anyio
-import httpx
-
-from proxy.errors import ProxyError, UpstreamInvalid
-from proxy.exchange.relay import whole_events
-from proxy.settings import Upstream
-
-if TYPE_CHECKING:  # it imports this module
-    from proxy.exchange.steps import Exchange
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
 
 def event(name: str, data: dict[str, Any]) -> bytes:
@@ -121,40 +109,3 @@ class Assembler(Protocol):
     def feed(self, chunk: bytes) -> None: ...
     def message(self) -> dict[str, Any]: ...
     def renamed(self, chunk: bytes) -> bytes: ...
-
-
-async def relay_native(
-    exchange: Exchange,
-    r: httpx.Response,
-    upstream: Upstream,
-    answer: Assembler,
-    error_event: Callable[[ProxyError], bytes],
-) -> AsyncIterator[bytes]:
-    """The upstream's own events as they come, whole; its answer recorded when they end."""
-    first = None
-    try:
-        async with aclosing(whole_events(r, upstream)) as events:
-            async for ready in events:
-                if isinstance(ready, ProxyError):  # an event it cut off is dropped
-                    answer.error = ready.body()["error"]
-                    yield error_event(ready)
-                    break
-                first = first or time.monotonic()
-                if not ready.endswith((b"\n\n", b"\r\n\r\n")):  # the last, unended event
-                    ready += b"\n\n"
-                answer.feed(ready)
-                yield answer.renamed(ready)
-        if not answer.done and answer.error is None:
-            exc = UpstreamInvalid(f"Upstream '{upstream.name}' ended its stream unfinished")
-            answer.error = exc.body()["error"]
-            yield error_event(exc)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await exchange.finish(
-                status=r.status_code,
-                response=answer.message(),
-                usage=answer.usage,
-                partial=not answer.done or answer.error is not None,
-                error=answer.error,
-                first=first,
-            )

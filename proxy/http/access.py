@@ -15,7 +15,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from proxy.errors import Forbidden, NotFound, Unauthorized
-from proxy.http.deps import ServicesDep, basic_password, bearer_token, key_id, key_matches
+from proxy.http.deps import ServicesDep, basic_password, key_matches
+from proxy.sessions.owners import bearer_token, key_id
 
 FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
 

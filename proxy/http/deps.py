@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,10 +11,12 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from proxy.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType
+from proxy.exchange.observing import RAW_BODY
 from proxy.formats.chat import parse_json
+from proxy.sessions.owners import client_token
 
 if TYPE_CHECKING:
-    from proxy.app import Services
+    from proxy.services import Services
 
 
 def _services(request: Request) -> Services:
@@ -28,17 +29,6 @@ if TYPE_CHECKING:
     ServicesDep = Annotated[Services, Depends(_services)]
 else:
     ServicesDep = Annotated[Any, Depends(_services)]
-
-
-def bearer_token(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-
-def client_token(request: Request) -> str | None:
-    """The client key: a Bearer token, or Anthropic's x-api-key header."""
-    return bearer_token(request) or request.headers.get("x-api-key") or None
 
 
 def basic_password(request: Request) -> str | None:
@@ -61,17 +51,6 @@ def key_matches(given: str | None, allowed: list[str]) -> bool:
     for key in allowed:
         found |= hmac.compare_digest(given.encode(), key.encode())
     return found
-
-
-def key_id(key: str) -> str:
-    """What is stored and shown for a client key: a short hash that names it, never the key."""
-    return "k" + hashlib.sha256(b"ctxproxy-key:" + key.encode()).hexdigest()[:16]
-
-
-def client_key_id(request: Request, services: ServicesDep) -> str | None:
-    """The id of the (already checked) client key, or None when api_keys is unset."""
-    token = client_token(request)
-    return key_id(token) if services.settings.api_keys and token else None
 
 
 def require_client_key(request: Request, services: ServicesDep) -> None:
@@ -113,9 +92,6 @@ def require_json(request: Request) -> None:
 
 # A body this long is parsed on a worker thread, so that the event loop serves other requests.
 OFF_LOOP_BYTES = 1 << 20
-
-
-RAW_BODY = "ctxproxy.raw_body"  # where json_body leaves the request's bytes in its scope
 
 
 async def json_body(request: Request, services: ServicesDep) -> dict[str, Any]:

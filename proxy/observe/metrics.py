@@ -10,16 +10,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.observe import access_log
 from strategies.events import CompactionEvent
-
-if TYPE_CHECKING:  # it imports this module
-    from proxy.exchange.steps import Exchange
 
 # LLM answers take seconds to minutes: the default buckets stop at 10 s.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -148,48 +145,6 @@ class FinishedExchange:
     tools_removed: list[dict[str, Any]] = field(default_factory=list)  # left out by translation
     observed: bool = False  # observe mode: the view is what would have been sent
     cache: dict[str, Any] = field(default_factory=dict)  # cached_tokens, cache_cause, cache_lost
-
-
-def exchange_finished(
-    exchange: Exchange,
-    status: int,
-    now: float,
-    first: float | None,
-    response: dict[str, Any] | None,
-    partial: bool,
-    error: dict[str, Any] | None,
-) -> None:
-    """Called by exchange.Exchange.finish once the exchange is recorded: count it, log it."""
-    sent, ref = exchange.sent, exchange.ref
-    if ref is None:  # only a recorded exchange finishes
-        return
-    figures = sent or exchange.refused  # a refused request's figures are what it needed
-    x = FinishedExchange(
-        session=ref.session_id,
-        seq=ref.seq,
-        model=exchange.model,
-        upstream=exchange.upstream,
-        stream=exchange.stream,
-        status=status,
-        latency_s=now - exchange.started,
-        ttft_s=None if first is None else first - exchange.started,
-        tokens_original=figures.tokens_original if figures else 0,
-        tokens_compiled=figures.tokens_compiled if figures else 0,
-        budget=figures.prompt_budget if figures else None,
-        window=figures.window if figures else None,
-        counted=sent is not None,
-        events=list(sent.events) if sent else [],
-        partial=partial,
-        error=error,
-        messages=exchange.messages,
-        response=response,
-        recalls=exchange.rounds.records if exchange.rounds else [],
-        tools_removed=list(exchange.tools_removed),
-        observed=exchange.observed,
-        cache=exchange.cache,
-    )
-    services = exchange.services
-    observe(services.metrics, x, log_content=services.settings.log_content)
 
 
 def observe(metrics: Metrics | None, x: FinishedExchange, *, log_content: bool) -> None:

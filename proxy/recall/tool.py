@@ -9,6 +9,7 @@ reachable, so a session can recall only its own history.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 
 from proxy.recall import units
 from proxy.recall.search import BadQuery, Deadline, Search, compile_query
+from proxy.store import ExchangeDetail
 
 NAME = "ctxproxy_recall"
 CONTEXT_LINES = 2  # around a matching line that is in no function or failure block
@@ -80,6 +82,14 @@ def with_tool(body: dict[str, Any]) -> dict[str, Any]:
     """`body` with the recall tool after the client's own (their prefix stays as it was)."""
     tools = [t for t in body.get("tools") or [] if not is_recall_tool(t)]
     return {**body, "tools": [*tools, DEFINITION]}
+
+
+def as_forwarded(detail: ExchangeDetail) -> ExchangeDetail:
+    """An exchange as it went upstream: with the recall tool offered (`recalls` is a list, empty
+    when it went uncalled), the request carried it after the client's own tools."""
+    if detail.recalls is None:
+        return detail
+    return dataclasses.replace(detail, compiled_request=with_tool(detail.compiled_request))
 
 
 def without_tool(body: dict[str, Any]) -> dict[str, Any]:

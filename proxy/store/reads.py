@@ -10,7 +10,6 @@ from typing import Any
 from sqlalchemy import Row, case, exists, func, select
 from sqlalchemy.orm import Session, aliased
 
-from proxy.recall import tool as recall
 from proxy.store import history, titles
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, MessageRow, SessionRow
 from proxy.store.views import (
@@ -377,12 +376,8 @@ def get_exchange(s: Session, session_id: str, seq: int) -> ExchangeDetail | None
     return ExchangeDetail(
         exchange=_exchange_summary(x, _turns(s, session_id)),
         request={**x.params, "messages": original},
-        # With the recall tool offered (recalls is a list, empty when it went uncalled), the
-        # forwarded request carried it after the client's own tools.
-        compiled_request={
-            **(recall.with_tool(x.params) if x.recalls is not None else x.params),
-            "messages": compiled,
-        },
+        # Without the recall tool, when it was offered (proxy/recall/tool.py: as_forwarded).
+        compiled_request={**x.params, "messages": compiled},
         compiled_hashes=compiled_hashes,
         events=list(x.events),
         response=response,

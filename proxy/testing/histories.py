@@ -86,3 +86,9 @@ FAILED tests/test_invoice.py::test_parse_amount_locale - decimal.InvalidOperatio
 FAILED tests/test_tax.py::test_vat_reverse_charge - AssertionError: assert Decimal('3.80') == Decimal('0.00')
 FAILED tests/test_tax.py::test_vat_rounding_half_even - AssertionError: assert Decimal('0.13') == Decimal('0.12')
 ========================= 3 failed, 45 passed in 1.92s ========================="""  # noqa: E501
+
+
+def log_lines(
+    n: int, template: str = "2024-05-14 10:21:{i:02d} INFO worker: processed batch {i}"
+) -> str:
+    return "\n".join(template.format(i=i) for i in range(n))

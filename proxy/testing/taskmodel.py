@@ -151,7 +151,7 @@ class TaskModel:
     over: int = 0
 
     def __post_init__(self) -> None:
-        from proxy.exchange.tokens import TokenCounter
+        from proxy.compile.tokens import TokenCounter
 
         self.oracle: dict[str, Bug] = {b.test: b for b in self.task.bugs}
         self._counter = TokenCounter()

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from proxy.exchange.conversations import Conversations
-from proxy.exchange.identify import SessionKey, identify
+from proxy.sessions.conversations import Conversations
+from proxy.sessions.identify import SessionKey, identify
 from proxy.testing.scripted import Script
 from proxy.testing.servers import ServerThread
 

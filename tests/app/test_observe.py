@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.app import app_from_env, create_app
-from proxy.http.deps import key_id
 from proxy.observe import access_log
 from proxy.observe import metrics as observe
+from proxy.sessions.owners import key_id
 from proxy.settings import Settings
 from proxy.testing.scripted import Script
 from proxy.testing.servers import ServerThread, free_port

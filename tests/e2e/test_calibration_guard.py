@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from proxy.exchange.calibrate import Calibration, next_factor
-from proxy.exchange.tokens import TokenCounter
+from proxy.compile.calibrate import Calibration, next_factor
+from proxy.compile.tokens import TokenCounter
 from proxy.testing.servers import ServerThread
 from strategies.pipeline import request_points
 from tests.unit.strategies.helpers import agent_history, fixture, log_lines

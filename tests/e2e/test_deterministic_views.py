@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from proxy.exchange.tokens import TokenCounter
+from proxy.compile.tokens import TokenCounter
 from proxy.store.store import Store
 from proxy.testing.servers import ServerThread, make_settings
 from strategies.pipeline import request_points

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from proxy.http.deps import key_id
+from proxy.sessions.owners import key_id
 from proxy.testing.postgres import postgres_database
 from proxy.testing.scripted import Script
 from proxy.testing.servers import ServerThread

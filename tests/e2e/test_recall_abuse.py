@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.exchange.tokens import TokenCounter
+from proxy.compile.tokens import TokenCounter
 from proxy.testing.scripted import Script
 from tests.e2e.test_cli_serve import Proxy
 from tests.e2e.test_recall import WINDOW, exchange, history, post, recall_proxy, streamed

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
+from proxy.compile.tokens import TokenCounter
+from proxy.compile.view import Compiled, answer_limit, compile_request, message_budget
 from proxy.errors import ContextLengthExceeded
-from proxy.exchange.compile import Compiled, answer_limit, compile_request, message_budget
-from proxy.exchange.tokens import TokenCounter
 from proxy.settings import CompactionSettings
 from strategies.invariants import pairing_problems
 from strategies.messages import canonical_json
@@ -165,7 +165,7 @@ def test_events_serialise_to_json():
 
 
 def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None:
-    from proxy.exchange.tokens import TokenCounter
+    from proxy.compile.tokens import TokenCounter
     from proxy.settings import CompactionSettings
 
     log = "\n".join(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.compile.tokens import TokenCounter
+from proxy.compile.view import Compiled
 from proxy.exchange.cache import Expectation, cached_tokens, expect
-from proxy.exchange.compile import Compiled
-from proxy.exchange.tokens import TokenCounter
 from proxy.store.states import Prior
 from strategies.state import Form, ViewState
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.exchange.tokens import TokenCounter
+from proxy.compile.tokens import TokenCounter
+from proxy.exchange.recallstream import StreamFilter
 from proxy.recall import tool as recall
-from proxy.recall.stream import StreamFilter
 from strategies.messages import message_hash, original_ref
 
 COUNTER = TokenCounter()

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from proxy.exchange.tokens import TokenCounter
+from proxy.compile.tokens import TokenCounter
 from proxy.recall import tool as recall
 from proxy.recall.followed import mark_rereads, reread_share
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.errors import BadRequest
-from proxy.exchange.identify import identify
+from proxy.sessions.identify import identify
 
 SYS = {"role": "system", "content": "be brief"}
 TASK = {"role": "user", "content": "fix the bug"}

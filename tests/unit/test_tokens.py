@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from proxy.exchange.tokens import (
+from proxy.compile.tokens import (
     COUNT_BYTES,
     IMAGE_TOKENS,
     PER_MESSAGE,
@@ -115,7 +115,7 @@ def test_cjk_is_not_estimated_as_chars_over_four(counter):
 
 
 def test_a_tool_list_seen_before_is_not_tokenized_again() -> None:
-    from proxy.exchange import tokens
+    from proxy.compile import tokens
 
     counter = TokenCounter()
     calls: list[str] = []

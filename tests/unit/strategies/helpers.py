@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from proxy.exchange.tokens import REPLY_PRIMING, TokenCounter
+from proxy.compile.tokens import REPLY_PRIMING, TokenCounter
+from proxy.testing.histories import log_lines as log_lines  # re-exported for the tests
 from strategies.context import Context
 from strategies.lineage import Lineage
 from strategies.messages import Message
@@ -65,9 +66,3 @@ def ctx(
 
 def usage(messages: list[Message]) -> int:
     return COUNTER.count_messages(messages)
-
-
-def log_lines(
-    n: int, template: str = "2024-05-14 10:21:{i:02d} INFO worker: processed batch {i}"
-) -> str:
-    return "\n".join(template.format(i=i) for i in range(n))

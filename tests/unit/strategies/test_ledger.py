@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from proxy.exchange.compile import compile_request
+from proxy.compile.view import compile_request
 from proxy.settings import CompactionSettings
 from strategies import ledger
 from strategies.pipeline import request_points

@@ -9,10 +9,10 @@ import re
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 
+from proxy.compile.tokens import TokenCounter
+from proxy.compile.view import RECALL_ROOM, compile_request
 from proxy.errors import ContextLengthExceeded
-from proxy.exchange.compile import RECALL_ROOM, compile_request
-from proxy.exchange.tokens import TokenCounter
-from proxy.recall import rounds
+from proxy.exchange import rounds
 from proxy.recall import tool as recall
 from proxy.settings import CompactionSettings
 from strategies import ledger

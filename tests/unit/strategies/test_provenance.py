@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from proxy.exchange.compile import compile_request
+from proxy.compile.view import compile_request
 from proxy.settings import CompactionSettings
 from strategies.compact import MARKER
 from strategies.pipeline import request_points

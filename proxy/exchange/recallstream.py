@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from proxy.exchange.rounds import added
 from proxy.recall import tool as recall
-from proxy.recall.rounds import added
 
 DONE = b"data: [DONE]"
 RECALL = -1  # the slot of a tool-call index that calls ctxproxy_recall

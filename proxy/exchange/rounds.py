@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from starlette.concurrency import run_in_threadpool
 
+from proxy.compile.tokens import REPLY_PRIMING
+from proxy.compile.view import Compiled
 from proxy.errors import UpstreamInvalid
-from proxy.exchange.compile import Compiled
-from proxy.exchange.tokens import REPLY_PRIMING
 from proxy.recall import tool as recall
 from proxy.settings import Upstream
 from proxy.store import RequestRef
@@ -26,7 +26,7 @@ from proxy.upstream import answers
 from proxy.upstream import send as up
 
 if TYPE_CHECKING:  # it imports this module, through the routes
-    from proxy.app import Services
+    from proxy.services import Services
 
 OVERHEAD = 32  # tokens of the assistant call and tool result wrapping a recalled text
 USEFUL_ROOM = 2 * recall.MIN_ROOM  # tokens: the least a first recalled excerpt should have

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from proxy.compile.tokens import REPLY_PRIMING, TokenCounter
 from proxy.errors import ContextLengthExceeded
-from proxy.exchange.tokens import REPLY_PRIMING, TokenCounter
 from proxy.recall import tool as recall
 from proxy.settings import CompactionSettings
 from strategies import CompactionEvent, OverBudget, Plan, compile_view

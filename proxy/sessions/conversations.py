@@ -1,7 +1,7 @@
 """One conversation, one session: continuations and side requests join the session they belong to.
 
 A client without a session header is placed by its history's fingerprint
-(proxy/exchange/identify.py). Two kinds of request get a new fingerprint and still belong to a
+(proxy/sessions/identify.py). Two kinds of request get a new fingerprint and still belong to a
 conversation already under way, and are told by what they hold, not by a keyword:
 
 - a **continuation** (`qwen -c`) resends the whole earlier conversation after a first message
@@ -32,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from proxy.exchange.identify import SessionKey
+from proxy.sessions.identify import SessionKey
 from strategies.prefix import PrefixMemo
 
 MIN_LINE = 24  # shorter lines ("# USER", "Ok.") say nothing about which conversation it is

@@ -1,0 +1,1 @@
+"""Which session a request belongs to: named, fingerprinted, or joined by what it holds."""
