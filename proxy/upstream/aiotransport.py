@@ -138,12 +138,18 @@ class _CheckedConnector(aiohttp.TCPConnector):
     async def _get(self, key: Any, traces: list[Any]) -> aiohttp.connector.Connection | None:
         while (conn := await super()._get(key, traces)) is not None:
             proto = conn.protocol
-            if proto is not None and not proto.should_close and not readable(proto.transport):
+            if proto is not None and clean(proto):
                 uses = getattr(conn.protocol, USES, 0) + 1
                 setattr(conn.protocol, USES, uses)  # _CheckedBody: not its answer's any more
                 return conn
             conn.close()
         return None
+
+
+def clean(protocol: Any) -> bool:
+    """Nothing arrived on an idle connection: not parsed (a late 408, a copy of an answer, junk),
+    not queued as another answer, not waiting on its socket."""
+    return not (protocol.should_close or leftover(protocol) or readable(protocol.transport))
 
 
 def readable(transport: asyncio.BaseTransport | None) -> bool:
@@ -162,8 +168,9 @@ USES = "ctxproxy_uses"  # on a connection's protocol: how often the pool handed 
 
 
 class _Response(aiohttp.ClientResponse):
-    """Keeps the connection's protocol (its parser's queue): aiohttp lets go of the connection as
-    soon as the body has arrived, often before `request()` returns."""
+    """Keeps its connection until `_CheckedBody` lets go of it, checked: aiohttp would pool it the
+    moment the body has arrived, before the answer was read and checked, and a copy sent a moment
+    after the answer would reach whichever request took the connection next."""
 
     protocol: Any = None
     uses = 0  # the protocol's USES when this answer began
@@ -172,6 +179,14 @@ class _Response(aiohttp.ClientResponse):
         self.protocol = connection.protocol
         self.uses = getattr(connection.protocol, USES, 0)
         return await super().start(connection)
+
+    def _response_eof(self) -> None:
+        """aiohttp's (private) release at the body's end: the connection stays ours instead."""
+
+    def reusable(self) -> bool:
+        """Nothing arrived past the answer, parsed or still on the socket."""
+        conn = self.connection
+        return conn is not None and conn.protocol is not None and clean(conn.protocol)
 
     def leftover(self) -> bool:
         """Bytes past this answer's end. Once the pool has handed the connection to another
@@ -224,7 +239,7 @@ class _CheckedBody(httpx.AsyncByteStream):
             )
 
     async def aclose(self) -> None:
-        if self._done:
+        if self._done and (not isinstance(self._resp, _Response) or self._resp.reusable()):
             self._resp.release()
         else:
             self._resp.close()
