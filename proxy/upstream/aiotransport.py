@@ -1,14 +1,18 @@
-"""aiohttp's client (llhttp's parser) behind httpx's transport interface, with the checks that keep
-one request's leftovers out of the next request's answer.
+"""aiohttp's client (llhttp's parser) for every upstream request, with the checks that keep one
+request's leftovers out of the next request's answer. send.py calls `AiohttpTransport.open`
+directly; httpx's client reaches it through httpx's transport interface (probes, /models).
 
-aiohttp hands an idle pooled connection to the next request without asking whether an answer nobody
-asked for (a late 408, a forged answer) has been parsed into it meanwhile: `_CheckedConnector`
-closes such a connection instead. With `fresh_connections` (CTXPROXY_UPSTREAM_CLIENT=aiohttp-fresh)
-each request gets a new connection, closed after its answer, so nothing can wait in one at all.
-Both ways: a status outside 200-599 (999, a 101) and an answer framed by both Transfer-Encoding and
-Content-Length are refused at the head (transport.py's `head_problem`); bytes past the end of an
-answer (parsed as another answer, or a parse error) are refused at the end of the body. Each is a
-MalformedAnswer (a 502), never an answer; aiohttp never pools a connection that holds either.
+aiohttp would pool a connection the moment its answer's body arrived, and hand an idle one to the
+next request without asking whether anything came meanwhile. Here an answer keeps its connection
+until its body was read and checked (`_Response`), and a connection is pooled, and handed out
+again (`_CheckedConnector`), only if nothing arrived on it: nothing parsed (a late 408, a copy of
+an answer, junk), nothing queued, nothing waiting on its socket (bytes that came while the event
+loop was busy, or the upstream's close), as httpcore checks. With `fresh_connections`
+(CTXPROXY_UPSTREAM_CLIENT=aiohttp-fresh) each request gets a new connection, closed after its
+answer. Both ways: a status outside 200-599 (999, a 101), an answer framed by both
+Transfer-Encoding and Content-Length, or by a Transfer-Encoding other than plain chunked, is
+refused at the head (transport.py's `head_problem`); bytes past the end of an answer are refused
+at the end of the body. Each is a MalformedAnswer (a 502), never an answer.
 """
 
 from __future__ import annotations
