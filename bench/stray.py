@@ -4,9 +4,12 @@ their own request's marker: a wrong answer is another request's answer reaching 
 
     python -m bench.stray --seconds 15 [--before /path/to/older/tree] [--port 21100]
 
-Prints, per target and number of clients: requests, wrong answers (must be 0), 502s (a copy that
-reached the proxy before it had handed on the answer it follows: bytes past that answer's end,
-refused as malformed) and requests/s.
+Prints, per target and number of clients: requests; copies the upstream sent, and how many of them
+it wrote after the connection's next request had reached it (on a 2-core machine under load, an
+upstream can be descheduled that long: no HTTP/1.1 client can tell such a copy from the answer to
+the request it has just sent, so these bound the wrong answers a keep-alive client cannot avoid);
+wrong answers; 502s (a copy that reached the proxy before it had handed on the answer it follows:
+bytes past that answer's end, refused as malformed) and requests/s.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import subprocess
 import sys
 import time
@@ -36,12 +40,16 @@ async def client_loop(c: httpx.AsyncClient, url: str, n: int, stop: float) -> li
     while time.monotonic() < stop:
         marker = f"client {n} request {done}"
         body = {"model": "spray", "messages": [{"role": "user", "content": marker}]}
-        r = await c.post(url + "/v1/chat/completions", json=body, headers={"X-Session-Id": marker})
+        sid = {"X-Session-Id": f"stray-{n}-{done}"}
+        r = await c.post(url + "/v1/chat/completions", json=body, headers=sid)
         done += 1
         if r.status_code != 200:
             errors += 1
-        elif r.json()["choices"][0]["message"]["content"] != f"echo: {marker}":
+            if r.status_code != 502:
+                raise RuntimeError(f"not a 502 but {r.status_code}: {r.text[:300]}")
+        elif (got := r.json()["choices"][0]["message"]["content"]) != f"echo: {marker}":
             wrong += 1
+            print(f"  wrong: {marker!r} answered with {got[:80]!r}", flush=True)
     return [done, wrong, errors]
 
 
@@ -56,6 +64,13 @@ async def spray(url: str, clients: int, seconds: float) -> tuple[int, int, int, 
         elapsed = time.monotonic() - start
     done, wrong, errors = (sum(x) for x in zip(*results, strict=True))
     return done, wrong, errors, done / elapsed
+
+
+def stray_stats(upstream: spawn.Server) -> dict[str, int]:
+    body = {"model": "stray-stats", "messages": []}
+    r = httpx.post(upstream.url + "/v1/chat/completions", json=body, timeout=10)
+    text = r.json()["choices"][0]["message"]["content"].removeprefix("echo: ")
+    return dict(json.loads(text))
 
 
 def main() -> None:
@@ -84,13 +99,18 @@ def main() -> None:
         rows = []
         for clients in args.clients:
             for s in servers:  # one after the other at each client count
+                was = stray_stats(upstream)
                 done, wrong, errors, rate = asyncio.run(spray(s.url, clients, args.seconds))
+                now = stray_stats(upstream)
+                strays, late = (now[k] - was[k] for k in ("strays", "after_next"))
                 name = "before" if s.name == "before" else "ctxproxy"
-                row = [name, str(clients), f"{done:,}", str(wrong), str(errors), f"{rate:,.0f}"]
+                row = [name, str(clients), f"{done:,}", f"{strays:,}", str(late), str(wrong)]
+                row += [str(errors), f"{rate:,.0f}"]
                 rows.append(row)
                 print("  ".join(row), flush=True)
         print(f"\nstray copies half the time, {args.seconds:g} s each; {tabulate.machine()}")
-        head = ["target", "clients", "requests", "wrong answers", "502s", "requests/s"]
+        head = ["target", "clients", "requests", "copies", "copies after next request"]
+        head += ["wrong answers", "502s", "requests/s"]
         print(tabulate.table(head, rows))
     finally:
         for s in servers:

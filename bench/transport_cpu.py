@@ -26,8 +26,9 @@ from proxy.upstream import send as up
 from proxy.upstream.pools import UpstreamClient, UpstreamPools, client_for
 
 SERVE = (
-    "import time; from proxy.testing.rawupstream import RawUpstream\n"
-    "with RawUpstream() as u:\n    print(u.url, flush=True)\n    time.sleep(10**6)\n"
+    "import sys, time; from proxy.testing.rawupstream import RawUpstream\n"
+    "with RawUpstream(int(sys.argv[1])) as u:\n"
+    "    print(u.url, flush=True)\n    time.sleep(10**6)\n"
 )
 BODY = {"model": "raw-echo", "messages": [{"role": "user", "content": "x" * 35_000}]}
 
@@ -82,8 +83,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=800)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 1])
+    ap.add_argument("--port", type=int, default=0, help="the raw upstream's port (0: any free)")
     args = ap.parse_args()
-    server = subprocess.Popen([sys.executable, "-c", SERVE], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", SERVE, str(args.port)]
+    server = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip()  # type: ignore[union-attr]
         for conc in args.concurrency:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import select
 import threading
 from typing import Any
 
@@ -56,6 +57,9 @@ class RawUpstream:
         self.connections = 0  # open right now
         self.requests: list[dict[str, Any]] = []
         self.strays = 0  # unsolicited copies written so far (models `stray-copy`, `spray`)
+        # ...of which after the connection's next request had arrived: no client can tell that
+        # copy from the answer to the request it has just sent (model `stray-stats` tells both)
+        self.strays_after_next = 0
         self.late = threading.Event()  # set when a late copy or close (`close-later`) is done
         self._started = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -90,9 +94,11 @@ class RawUpstream:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        writer.reader = reader  # type: ignore[attr-defined]
         try:
             while True:
                 request_head = await reader.readuntil(b"\r\n\r\n")
+                writer.served = getattr(writer, "served", 0) + 1  # type: ignore[attr-defined]
                 length = 0
                 for line in request_head.decode().split("\r\n"):
                     name, _, value = line.partition(":")
@@ -125,7 +131,11 @@ class RawUpstream:
             w.write(answer)
             if model == "stray-copy" or random.random() < 0.5:
                 delay = 0.01 if model == "stray-copy" else random.uniform(0, 0.003)
-                asyncio.get_running_loop().call_later(delay, self._stray, w, answer)
+                served = getattr(w, "served", 0)
+                asyncio.get_running_loop().call_later(delay, self._stray, w, answer, served)
+        elif model == "stray-stats":
+            stats = json.dumps({"strays": self.strays, "after_next": self.strays_after_next})
+            w.write(response(echo({"messages": [{"role": "user", "content": stats}]})))
         elif model == "cut-json":
             w.write(head(200, "application/json", 500) + OK[:20])
         elif model == "cut-error":
@@ -169,15 +179,23 @@ class RawUpstream:
         await w.drain()
         return model not in ("cut-json", "cut-error")
 
-    def _stray(self, w: asyncio.StreamWriter, answer: bytes) -> None:
+    def _stray(self, w: asyncio.StreamWriter, answer: bytes, served: int) -> None:
         if not w.is_closing():
             w.write(answer)
             self.strays += 1
+            self.strays_after_next += getattr(w, "served", 0) > served or next_arrived(w)
             self.late.set()
 
     def _close(self, w: asyncio.StreamWriter) -> None:
         w.close()
         self.late.set()
+
+
+def next_arrived(w: asyncio.StreamWriter) -> bool:
+    """Bytes of the connection's next request have reached us: read, or still on the socket."""
+    sock = w.get_extra_info("socket")
+    on_socket = sock is not None and bool(select.select([sock.fileno()], [], [], 0)[0])
+    return on_socket or bool(getattr(w, "reader")._buffer)  # noqa: B009
 
 
 LEAKY = (

@@ -1,14 +1,18 @@
-"""aiohttp's client (llhttp's parser) behind httpx's transport interface, with the checks that keep
-one request's leftovers out of the next request's answer.
+"""aiohttp's client (llhttp's parser) for every upstream request, with the checks that keep one
+request's leftovers out of the next request's answer. send.py calls `AiohttpTransport.open`
+directly; httpx's client reaches it through httpx's transport interface (probes, /models).
 
-aiohttp hands an idle pooled connection to the next request without asking whether an answer nobody
-asked for (a late 408, a forged answer) has been parsed into it meanwhile: `_CheckedConnector`
-closes such a connection instead. With `fresh_connections` (CTXPROXY_UPSTREAM_CLIENT=aiohttp-fresh)
-each request gets a new connection, closed after its answer, so nothing can wait in one at all.
-Both ways: a status outside 200-599 (999, a 101) and an answer framed by both Transfer-Encoding and
-Content-Length are refused at the head (transport.py's `head_problem`); bytes past the end of an
-answer (parsed as another answer, or a parse error) are refused at the end of the body. Each is a
-MalformedAnswer (a 502), never an answer; aiohttp never pools a connection that holds either.
+aiohttp would pool a connection the moment its answer's body arrived, and hand an idle one to the
+next request without asking whether anything came meanwhile. Here an answer keeps its connection
+until its body was read and checked (`_Response`), and a connection is pooled, and handed out
+again (`_CheckedConnector`), only if nothing arrived on it: nothing parsed (a late 408, a copy of
+an answer, junk), nothing queued, nothing waiting on its socket (bytes that came while the event
+loop was busy, or the upstream's close), as httpcore checks. With `fresh_connections`
+(CTXPROXY_UPSTREAM_CLIENT=aiohttp-fresh) each request gets a new connection, closed after its
+answer. Both ways: a status outside 200-599 (999, a 101), an answer framed by both
+Transfer-Encoding and Content-Length, or by a Transfer-Encoding other than plain chunked, is
+refused at the head (transport.py's `head_problem`); bytes past the end of an answer are refused
+at the end of the body. Each is a MalformedAnswer (a 502), never an answer.
 """
 
 from __future__ import annotations
@@ -138,12 +142,18 @@ class _CheckedConnector(aiohttp.TCPConnector):
     async def _get(self, key: Any, traces: list[Any]) -> aiohttp.connector.Connection | None:
         while (conn := await super()._get(key, traces)) is not None:
             proto = conn.protocol
-            if proto is not None and not proto.should_close and not readable(proto.transport):
+            if proto is not None and clean(proto):
                 uses = getattr(conn.protocol, USES, 0) + 1
                 setattr(conn.protocol, USES, uses)  # _CheckedBody: not its answer's any more
                 return conn
             conn.close()
         return None
+
+
+def clean(protocol: Any) -> bool:
+    """Nothing arrived on an idle connection: not parsed (a late 408, a copy of an answer, junk),
+    not queued as another answer, not waiting on its socket."""
+    return not (protocol.should_close or leftover(protocol) or readable(protocol.transport))
 
 
 def readable(transport: asyncio.BaseTransport | None) -> bool:
@@ -162,8 +172,9 @@ USES = "ctxproxy_uses"  # on a connection's protocol: how often the pool handed 
 
 
 class _Response(aiohttp.ClientResponse):
-    """Keeps the connection's protocol (its parser's queue): aiohttp lets go of the connection as
-    soon as the body has arrived, often before `request()` returns."""
+    """Keeps its connection until `_CheckedBody` lets go of it, checked: aiohttp would pool it the
+    moment the body has arrived, before the answer was read and checked, and a copy sent a moment
+    after the answer would reach whichever request took the connection next."""
 
     protocol: Any = None
     uses = 0  # the protocol's USES when this answer began
@@ -172,6 +183,14 @@ class _Response(aiohttp.ClientResponse):
         self.protocol = connection.protocol
         self.uses = getattr(connection.protocol, USES, 0)
         return await super().start(connection)
+
+    def _response_eof(self) -> None:
+        """aiohttp's (private) release at the body's end: the connection stays ours instead."""
+
+    def reusable(self) -> bool:
+        """Nothing arrived past the answer, parsed or still on the socket."""
+        conn = self.connection
+        return conn is not None and conn.protocol is not None and clean(conn.protocol)
 
     def leftover(self) -> bool:
         """Bytes past this answer's end. Once the pool has handed the connection to another
@@ -224,7 +243,7 @@ class _CheckedBody(httpx.AsyncByteStream):
             )
 
     async def aclose(self) -> None:
-        if self._done:
+        if self._done and (not isinstance(self._resp, _Response) or self._resp.reusable()):
             self._resp.release()
         else:
             self._resp.close()

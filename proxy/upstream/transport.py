@@ -5,8 +5,9 @@ httpcore already drops an idle connection that has become readable (a late 408, 
 reuses one, and never re-sends a request once any of it went out. What it lets through, and this
 module stops: bytes already read past the end of an answer (a body longer than its length, a second
 answer sent unasked) stay in h11's buffer and would be parsed as the next answer; a status outside
-200-599 (999, a 101 nobody asked for) is handed on as if it were an answer; and a message framed by
-both Transfer-Encoding and Content-Length (a response-splitting tell) is read by one of them.
+200-599 (999, a 101 nobody asked for) is handed on as if it were an answer; a message framed by
+both Transfer-Encoding and Content-Length (a response-splitting tell) is read by one of them; and
+a Transfer-Encoding other than plain chunked (`gzip, chunked`) would reach the client undecoded.
 Each of these is a MalformedAnswer (a RemoteProtocolError); its connection is closed, never pooled.
 """
 
