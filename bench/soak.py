@@ -1,10 +1,12 @@
 """RSS of `ctxproxy serve` under sustained load: N agent sessions × T turns at a small window.
 
 Each session is an agent loop (tool call, tool output) that grows by two messages a turn, so
-every turn past the first few is compacted. The proxy process's RSS is sampled every half
-second; the figure that matters is its growth over the second half of the turns (it should
-level off). Writes bench/results/soak.json and soak.png. Run from the repository root:
-python -m bench.soak [--sessions 32 --turns 200 --window 4096]
+every turn past the first few is compacted; N sessions run at once, and each, after T turns,
+is followed by a new one until R requests are done. The proxy process's RSS is sampled every
+half second; the figure that matters is its growth over the second half of the requests (it
+should level off). Writes bench/results/soak.json and soak.png. Run from the repository root:
+python -m bench.soak [--sessions 32 --turns 200 --requests 2000 --window 4096]
+(the quick default; --requests 6400 is the 32 × 200 shape, 20000 shows the plateau).
 """
 
 from __future__ import annotations
@@ -48,15 +50,22 @@ async def send(conn: loadgen.Conn, request: bytes) -> tuple[int, float, bytes]:
     raise AssertionError("unreachable")
 
 
-async def drive(target: loadgen.Target, sessions: int, turns: int, done: list[int]) -> float:
-    """Every session's turns back to back, sessions concurrently; the median ms per turn."""
+async def drive(
+    target: loadgen.Target, sessions: int, turns: int, requests: int, done: list[int]
+) -> float:
+    """`sessions` slots at once, each running sessions of `turns` turns back to back until
+    `requests` are done in all; the median ms per turn."""
     latencies: list[float] = []
 
-    async def one(session: int) -> None:
+    async def one(slot: int) -> None:
         conn = loadgen.Conn(target.server.port)
-        messages = session_start(session)
+        share = requests // sessions + (slot < requests % sessions)
+        session, turn, messages = slot, 0, session_start(slot)
         try:
-            for turn in range(turns):
+            for _ in range(share):
+                if turn == turns:  # this session is over: a new one in its slot
+                    session, turn = session + sessions, 0
+                    messages = session_start(session)
                 body = {"model": stub.MODEL, "messages": messages}
                 status, total, out = await send(conn, target.request(body))
                 if status != 200:
@@ -64,6 +73,7 @@ async def drive(target: loadgen.Target, sessions: int, turns: int, done: list[in
                 latencies.append(total * 1000)
                 done[0] += 1
                 messages = [*messages, *step(session, turn)]
+                turn += 1
         finally:
             await conn.close()
 
@@ -78,18 +88,18 @@ async def sample(pid: int, done: list[int], out: list[tuple[float, int, float]])
         await asyncio.sleep(0.5)
 
 
-async def soak(target: loadgen.Target, sessions: int, turns: int) -> dict[str, Any]:
+async def soak(target: loadgen.Target, sessions: int, turns: int, requests: int) -> dict[str, Any]:
     assert target.server.proc is not None
     done = [0]
     samples: list[tuple[float, int, float]] = []
     sampler = asyncio.create_task(sample(target.server.proc.pid, done, samples))
     started = time.monotonic()
     try:
-        p50 = await drive(target, sessions, turns, done)
+        p50 = await drive(target, sessions, turns, requests, done)
     finally:
         sampler.cancel()
     samples.append((time.monotonic() - started, done[0], rss_mb(target.server.proc.pid)))
-    total = sessions * turns
+    total = requests
     half = next(rss for _, n, rss in samples if n >= total // 2)
     end = samples[-1][2]
     return {
@@ -116,8 +126,9 @@ def plot(result: dict[str, Any], out: Path) -> Path:
     ax.set_ylabel("RSS of ctxproxy serve (MiB)")
     ax.set_ylim(bottom=0)
     ax.set_title(
-        f"{result['sessions']} sessions × {result['turns']} turns at a {result['window']:,}-token "
-        f"window: {result['second_half_growth_pct']:+.1f}% over the second half",
+        f"{result['requests']:,} requests, {result['sessions']} sessions at once × "
+        f"{result['turns']} turns at a {result['window']:,}-token window: "
+        f"{result['second_half_growth_pct']:+.1f}% over the second half",
         fontsize=9,
     )
     return tabulate.save_plot(fig, result.get("name", "soak"), out)
@@ -141,8 +152,8 @@ def plot_runs(paths: list[Path], out: Path) -> Path:
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title(
-        f"{result['sessions']} sessions × {result['turns']} turns at a "
-        f"{result['window']:,}-token window",
+        f"{result['requests']:,} requests, {result['sessions']} sessions at once × "
+        f"{result['turns']} turns at a {result['window']:,}-token window",
         fontsize=9,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -154,7 +165,8 @@ def plot_runs(paths: list[Path], out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
     ap.add_argument("--sessions", type=int, default=32)
-    ap.add_argument("--turns", type=int, default=200)
+    ap.add_argument("--turns", type=int, default=200, help="a session's turns")
+    ap.add_argument("--requests", type=int, default=2000, help="in all (sessions restart)")
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--out", type=Path, default=tabulate.RESULTS, help="results folder")
     ap.add_argument("--name", default="soak", help="results file name")
@@ -174,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         servers.append(proxy)
         if proxy.error:
             raise RuntimeError(proxy.error)
-        result = asyncio.run(soak(loadgen.Target("ctxproxy", proxy), args.sessions, args.turns))
+        target = loadgen.Target("ctxproxy", proxy)
+        result = asyncio.run(soak(target, args.sessions, args.turns, args.requests))
     finally:
         for s in reversed(servers):
             s.stop()
@@ -185,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": tabulate.machine(),
     }
     print(
-        f"{args.sessions} sessions × {args.turns} turns at a {args.window:,}-token window, "
+        f"{args.requests:,} requests, {args.sessions} sessions at once × {args.turns} turns at a "
+        f"{args.window:,}-token window, "
         f"{result['seconds']:.0f} s, p50 {result['p50_ms']:.1f} ms per turn; RSS "
         f"{result['rss_start_mb']:.0f} → {result['rss_half_mb']:.0f} MiB at half-way → "
         f"{result['rss_end_mb']:.0f} MiB ({result['second_half_growth_pct']:+.1f}% over the "

@@ -11,13 +11,28 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
 DEFAULT_BYTES = 64 << 20
 LARGEST_SHARE = 8  # an entry over 1/8 of the budget is never kept: computed again when needed
 _MISSING: Any = object()
+# Set while handling a request too large to be anyone's working set (a flood, a pasted dump):
+# what it computes is not kept, so that it neither evicts the sessions' entries nor pins memory.
+_TRANSIENT: ContextVar[bool] = ContextVar("ctxproxy_transient", default=False)
+
+
+@contextmanager
+def transient() -> Iterator[None]:
+    """Within it (and the worker threads it starts), no cache keeps anything new."""
+    token = _TRANSIENT.set(True)
+    try:
+        yield
+    finally:
+        _TRANSIENT.reset(token)
 
 
 class CacheBudget:
@@ -110,7 +125,7 @@ class BudgetedCache(Generic[V]):
     def put(self, key: Hashable, value: V, size: int) -> bool:
         """Keep `value` charged `size` bytes; False (and nothing kept) if it is too large."""
         budget, full = self.budget, (self.slot, key)
-        if size > budget.max_bytes // LARGEST_SHARE:
+        if size > budget.max_bytes // LARGEST_SHARE or _TRANSIENT.get():
             return False
         with budget._lock:
             old = budget._lru.pop(full, None)

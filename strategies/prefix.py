@@ -49,8 +49,9 @@ class PrefixMemo(Generic[V]):
         holds_text: bool = False,
         budget: CacheBudget | None = None,
     ) -> None:
-        """`value_bytes`: what one value holds; `holds_text`: the values hold the messages' text
-        too (about the list's JSON again), which then counts twice."""
+        """`value_bytes`: what one value holds (measure it: tracemalloc over a few thousand);
+        `holds_text`: the values hold the messages' text too (about the list's JSON again),
+        which then counts twice."""
         self.value_bytes = value_bytes
         self.text_weight = 2 if holds_text else 1
         self.budget = budget or SHARED

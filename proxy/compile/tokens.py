@@ -32,7 +32,7 @@ REPLY_PRIMING = 3
 PER_TOOL_SCHEMA = 8
 IMAGE_TOKENS = 765
 TOOL_LISTS = 256  # distinct tool lists whose counts are kept (an agent has one or two)
-COUNT_BYTES = 200  # a cached count: its digest key, the int and the budget's entry
+COUNT_BYTES = 340  # a cached count as tracemalloc sees it: key, int, the budget's tuples
 # Keys whose values are framing or routing, not text the model reads.
 _STRUCTURAL = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
 
@@ -52,7 +52,7 @@ class TokenCounter:
         # Tool lists by their JSON: an agent sends the same ~24 definitions every turn.
         self._tools: OrderedDict[bytes, int] = OrderedDict()
         self._histories: PrefixMemo[int] = PrefixMemo(
-            "tokens.histories", value_bytes=40, budget=budget
+            "tokens.histories", value_bytes=210, budget=budget
         )
 
     # -- raw counts (tiktoken tokens, uncorrected) --------------------------------------------

@@ -15,13 +15,18 @@ import ctypes.util
 import gc
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from strategies.budget import transient
 from strategies.prefix import request_scope
 
 log = logging.getLogger("ctxproxy")
 TRIM_BYTES = 2 << 20  # a request body at least this large is followed by a trim
+# A body declared at least this large (a 4M-token history, past any model's window) is handled
+# without filling the caches: it would evict every session's entries and pin memory after.
+TRANSIENT_BYTES = 16 << 20
 DELAY_S = 0.5  # after the last such request: a burst of them is followed by one trim
 
 
@@ -43,6 +48,13 @@ def give_back() -> None:
     gc.collect()
     if _TRIM is not None:
         _TRIM(0)
+
+
+def _content_length(scope: Scope) -> int:
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 class ReturnMemory:
@@ -67,8 +79,9 @@ class ReturnMemory:
             size += len(message.get("body", b""))
             return message
 
+        declared = _content_length(scope)
         try:
-            with request_scope():  # what the request's caches hold for it goes with it
+            with request_scope(), transient() if declared >= TRANSIENT_BYTES else nullcontext():
                 await self.app(scope, counting, send)
         finally:
             if size >= self.threshold:

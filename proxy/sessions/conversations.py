@@ -232,7 +232,7 @@ class Read(NamedTuple):
 
 # A resent history's messages, read (by content: any app's index reads them alike), charged to
 # the shared cache budget: a list over an eighth of it (8 MB by default) is not kept.
-_READ: PrefixMemo[Read] = PrefixMemo("conversations.read", holds_text=True)
+_READ: PrefixMemo[Read] = PrefixMemo("conversations.read", value_bytes=470, holds_text=True)
 
 
 def reading(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Read]]:

@@ -25,7 +25,7 @@ _MAYBE_FLOAT = re.compile(rb"[:,\[]-?[0-9]+[.eE]")
 
 # orjson's bytes' digest -> message_hash, for messages already seen: an agent resends its
 # whole history every turn, and only the new messages need the float scan.
-HASH_BYTES = 250  # an entry: its 32-byte key, the hex digest and the budget's entry
+HASH_BYTES = 360  # an entry as tracemalloc sees it: key, hex digest, the budget's tuples
 _seen = SHARED.cache("digest.seen")
 
 
@@ -46,7 +46,7 @@ def fast_message_hash(msg: Any) -> str:
 
 
 # (message hash, prefix hash) of the histories recent requests sent: a turn hashes only its tail.
-_HASHED: PrefixMemo[tuple[str, str]] = PrefixMemo("digest.hashed")
+_HASHED: PrefixMemo[tuple[str, str]] = PrefixMemo("digest.hashed", value_bytes=460)
 
 
 def hash_messages(messages: list[dict[str, Any]]) -> history.Hashes:

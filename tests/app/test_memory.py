@@ -96,3 +96,19 @@ def test_a_huge_request_is_followed_by_memory_given_back(
     while not calls and time.monotonic() - done < 10:
         time.sleep(0.05)
     assert len(calls) == 1 and calls[0] - done >= memory.DELAY_S * 0.5
+
+
+def test_a_request_too_large_to_be_a_working_set_fills_no_cache(
+    start_proxy: Callable[[Settings], ServerThread],
+    settings_for: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(memory, "TRANSIENT_BYTES", 200_000)
+    proxy = start_proxy(settings_for())
+    assert chat(proxy, history(0, 4)).status_code == 200
+    before = stats(proxy)["used_bytes"]
+    assert chat(proxy, history(1, 4)).status_code == 200  # small: its entries are kept
+    kept = stats(proxy)["used_bytes"]
+    assert kept > before
+    assert chat(proxy, history(2, 40, chars=6_000)).status_code == 200  # ~240 KB: none kept
+    assert stats(proxy)["used_bytes"] == kept

@@ -45,10 +45,11 @@ def test_overhead_runs_on_a_tiny_history(tmp_path: Path) -> None:
 
 
 def test_soak_samples_rss_and_plots_it(tmp_path: Path) -> None:
-    out = run("bench.soak", "--sessions", "2", "--turns", "6", "--out", str(tmp_path))
+    args = ("--sessions", "2", "--turns", "6", "--requests", "20")  # sessions start over
+    out = run("bench.soak", *args, "--out", str(tmp_path))
     assert "over the second half" in out
     data = json.loads((tmp_path / "soak.json").read_text())
-    assert data["requests"] == 12 and data["rss_end_mb"] > 0
+    assert data["requests"] == 20 and data["samples"][-1][1] == 20 and data["rss_end_mb"] > 0
     assert (tmp_path / "soak.png").stat().st_size > 0
 
 
