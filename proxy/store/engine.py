@@ -102,6 +102,8 @@ def _tune_sqlite(engine: Engine) -> None:
         # A deferred transaction that reads and then writes fails at once with "database is
         # locked" when another connection wrote in between; IMMEDIATE takes the lock up front
         # and waits busy_timeout for it instead.
+        if conn.connection.dbapi_connection.in_transaction:  # begun on the driver (pipelined.py)
+            return
         write = conn.get_execution_options().get("ctxproxy_write", False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
