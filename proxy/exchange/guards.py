@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx
+import orjson
 from fastapi import Request
 
 from proxy.errors import ProxyError
@@ -58,7 +59,10 @@ async def overflow_of(r: httpx.Response, exchange: Exchange, upstream: Upstream)
 def answer_json(r: httpx.Response) -> dict[str, Any]:
     """A read answer's JSON object, or {} when it is not one."""
     try:
-        data = r.json()
-    except ValueError:
-        return {}
+        data = orjson.loads(r.content)
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses and Python's parser takes (NaN, integers past 64 bits)
+            data = r.json()
+        except ValueError:
+            return {}
     return data if isinstance(data, dict) else {}

@@ -181,6 +181,13 @@ class Direct:
         self.dialect = conn.dialect
         self.raw: Any = conn.connection.dbapi_connection
 
+    def driver(self, sql: str) -> None:
+        """A statement without parameters or rows (BEGIN, COMMIT) on the driver."""
+        try:
+            self.raw.execute(sql)
+        except self.dialect.loaded_dbapi.Error as exc:
+            raise self._translated(exc, sql, None, None) from exc
+
     def begin_nested(self) -> Any:
         return self.conn.begin_nested()
 

@@ -45,7 +45,7 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         try:
             # no pre-ping: a dead connection is retried instead
-            engine = create_engine(parsed, json_serializer=json_text)
+            engine = create_engine(parsed, json_serializer=json_text, json_deserializer=json_value)
         except ImportError as exc:  # the dialect imports its driver when the engine is built
             raise _driver_missing(parsed.drivername, exc) from None
         if engine.dialect.name == "postgresql":
@@ -57,6 +57,7 @@ def make_engine(url: str) -> Engine:
         connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
         poolclass=StaticPool if in_memory else None,
         json_serializer=json_text,
+        json_deserializer=json_value,
     )
     _tune_sqlite(engine)
     return engine
@@ -72,6 +73,15 @@ def json_text(value: Any) -> str:
         return orjson.dumps(value).decode()
     except (orjson.JSONEncodeError, TypeError):
         return json.dumps(value)
+
+
+def json_value(text: str | bytes) -> Any:
+    """A JSON column's value: orjson (a session's stored view state is read every turn); what
+    it refuses (integers past 64 bits, written by json_text's fallback) the standard parser."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def _driver_missing(drivername: str, exc: ImportError) -> DriverMissing:
@@ -102,6 +112,8 @@ def _tune_sqlite(engine: Engine) -> None:
         # A deferred transaction that reads and then writes fails at once with "database is
         # locked" when another connection wrote in between; IMMEDIATE takes the lock up front
         # and waits busy_timeout for it instead.
+        if conn.connection.dbapi_connection.in_transaction:  # begun on the driver (pipelined.py)
+            return
         write = conn.get_execution_options().get("ctxproxy_write", False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
