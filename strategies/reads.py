@@ -33,7 +33,7 @@ EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "
 PATH_KEYS = ("path", "file_path", "filename", "file", "target_file", "notebook_path")
 READ_PROGRAMS = frozenset({"cat", "nl", "head", "tail", "bat", "sed", "less", "more"})
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$|^\+\+\+ (?:b/)?(\S+)", re.M)
-# Of the room, what verbatim reads may hold: the newest of the files edited first.
+# Of the room, what verbatim reads may hold, the newest first.
 READS_SHARE = 0.3
 
 
@@ -104,9 +104,9 @@ def _shell(command: str) -> tuple[str, list[str]] | None:
 
 
 def live_reads(messages: Sequence[Message], ctx: Context) -> list[int]:
-    """Indexes of tool outputs that are a file's newest read with no edit of it after: the
-    files the session edited first, then the rest, newest first, while they fit READS_SHARE
-    of the room."""
+    """Indexes of tool outputs that are the newest read of a file the session is editing (it
+    edited the file before) with no edit of it after, newest first, while they fit
+    READS_SHARE of the room. A file only ever read is an ordinary output."""
     calls = calls_by_id(messages)
     newest: dict[str, int] = {}
     edited: set[str] = set()
@@ -123,7 +123,7 @@ def live_reads(messages: Sequence[Message], ctx: Context) -> list[int]:
             else:
                 edited.add(path)
                 newest.pop(path, None)  # the view is stale now
-    order = sorted(newest.items(), key=lambda kv: (kv[0] not in edited, -kv[1]))
+    order = sorted(((p, i) for p, i in newest.items() if p in edited), key=lambda kv: -kv[1])
     room = int(READS_SHARE * ctx.room()) if ctx.budget else 0
     held: list[int] = []
     for _, i in order:

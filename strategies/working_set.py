@@ -70,8 +70,9 @@ def working_set(messages: Sequence[Message], ctx: Context) -> list[int]:
 
 
 def footing(messages: Sequence[Message], ctx: Context) -> list[int]:
-    """What deeper folds and forgetting leave alone until the budget leaves no choice: the
-    working set and the newest reads of files the agent is editing (strategies/reads.py)."""
+    """What tiered folds only once the keep window is gone: the working set and the newest
+    reads of files the agent is editing (strategies/reads.py). `forget` holds only the working
+    set: a read it forgets goes whole, and the agent reads again."""
     return sorted(set(working_set(messages, ctx)) | set(live_reads(messages, ctx)))
 
 

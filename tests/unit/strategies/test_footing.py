@@ -87,21 +87,24 @@ def test_a_folded_test_report_names_each_failing_test_and_its_place():
         assert needed in lines, needed
 
 
-def test_the_newest_read_of_a_file_stays_verbatim_until_an_edit_supersedes_it():
+def test_the_newest_read_of_a_file_being_edited_stays_verbatim_until_an_edit_supersedes_it():
     read = ("read_file", {"path": "shopkit/billing.py"}, SOURCE)
     edit = ("edit", {"path": "shopkit/billing.py", "old_string": "a", "new_string": "b"}, "ok")
-    msgs = history(RUN, read, RUN, RUN, RUN, RUN, RUN)
+    msgs = history(RUN, read, edit, read, RUN, RUN, RUN, RUN, RUN)
     budget = usage(msgs) // 2
     for pressure in (0, ALL_PHASES):
         out, events = tiered(msgs, ctx(msgs, budget=budget, pressure=pressure))
-        assert events and out[5]["content"] == SOURCE
-    # Edited after the read: the view is stale and folds like any other output.
-    edited = history(RUN, read, edit, RUN, RUN, RUN, RUN, RUN)
+        assert events and out[9]["content"] == SOURCE  # the read after the edit
+        assert out[5]["content"] != SOURCE  # the read the edit superseded folds
+    # Edited again after the read: the view is stale and folds like any other output.
+    edited = history(RUN, read, edit, read, edit, RUN, RUN, RUN, RUN, RUN)
     out, _ = tiered(edited, ctx(edited, budget=budget, pressure=ALL_PHASES))
+    assert out[9]["content"] != SOURCE
+    # A file only read, never edited, is an ordinary output.
+    only = history(RUN, read, RUN, RUN, RUN, RUN, RUN)
+    out, _ = tiered(only, ctx(only, budget=budget, pressure=ALL_PHASES))
     assert out[5]["content"] != SOURCE
-    # Read again after the edit: the new read is the one held.
-    again = history(RUN, read, edit, read, RUN, RUN, RUN, RUN, RUN)
-    assert live_reads(again, ctx(again, budget=budget)) == [9]
+    assert live_reads(msgs, ctx(msgs, budget=budget)) == [9]
 
 
 def test_reads_and_edits_are_told_by_the_call():
