@@ -98,6 +98,8 @@ def one_run(
         solved=out.status == "done" and all(judged.values()),
         steps=out.steps,
         rereads=out.rereads,
+        relists=out.relists,
+        reruns=out.reruns,
         recalls=len(recalls),
         recalls_helped=helped,
         prompt_tokens=sum(model.tokens),
@@ -124,7 +126,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lo, hi = (int(x) for x in args.ports.split("-")) if args.ports else (0, 0)
     ports, dispatch, runs = Ports(lo, hi), Dispatch(), []
     counter = arms_mod.Counter()
-    with ServerThread(dispatch, port=ports.take()) as up:
+    # A long keep-alive: a pooled connection closed by the server mid-run is not measured here.
+    with ServerThread(dispatch, port=ports.take(), timeout_keep_alive=600) as up:
         wd = tabulate.workdir("ctxproxy-task-")
         for arm in map(arms_mod.parse, args.arms):
             runs += run_arm(arm, args, up.url, ports, dispatch, counter, wd)

@@ -38,6 +38,22 @@ class Outcome:
     def rereads(self) -> int:
         return len(self.reads) - len(set(self.reads))
 
+    @property
+    def relists(self) -> int:
+        return max(self.calls.count("list_files") - 1, 0)
+
+    @property
+    def reruns(self) -> int:
+        """Test runs with no edit since the previous run: the model lost sight of the report."""
+        runs, changed = 0, True
+        for name in self.calls:
+            if name == "run_tests":
+                runs += not changed
+                changed = False
+            elif name in ("edit_file", "write_file"):
+                changed = True
+        return runs
+
 
 class Tools:
     """The tools of `TOOLS`, run on a repo directory."""

@@ -18,6 +18,8 @@ class Run:
     solved: bool
     steps: int
     rereads: int
+    relists: int
+    reruns: int
     recalls: int
     recalls_helped: int
     prompt_tokens: int
@@ -35,7 +37,8 @@ class Run:
     def line(self) -> str:
         verdict = "solved" if self.solved else "NOT solved (" + ", ".join(self.failed()) + ")"
         return (
-            f"{verdict}; {self.steps} steps, {self.rereads} re-reads, {self.recalls} recalls "
+            f"{verdict}; {self.steps} steps, {self.rereads} re-reads, {self.relists} re-lists, "
+            f"{self.reruns} re-runs, {self.recalls} recalls "
             f"({self.recalls_helped} helped), {self.prompt_tokens:,} prompt tokens, "
             f"reuse {self.reuse:.2f}, {self.seconds:.0f} s"
         )
@@ -57,6 +60,8 @@ HEADER = [
     "steps",
     "x full",
     "re-reads",
+    "re-lists",
+    "test re-runs",
     "recalls (helped)",
     "prompt tok",
     "recall share",
@@ -88,6 +93,8 @@ def report(runs: list[Run], args: argparse.Namespace) -> str:
                 tabulate.fmt(steps, 0),
                 tabulate.ratio(steps, full.get(variant)),
                 tabulate.fmt(tabulate.median(r.rereads for r in rs), 0),
+                tabulate.fmt(tabulate.median(r.relists for r in rs), 0),
+                tabulate.fmt(tabulate.median(r.reruns for r in rs), 0),
                 f"{sum(r.recalls for r in rs)} ({sum(r.recalls_helped for r in rs)})",
                 tabulate.fmt(tabulate.median(r.prompt_tokens for r in rs), 0),
                 f"{sum(r.recall_tokens for r in rs) / tokens:.2f}" if tokens else "-",

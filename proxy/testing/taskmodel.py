@@ -231,21 +231,27 @@ class TaskModel:
         return self.finish(view)
 
     def fix(self, bug: Bug, view: View) -> tuple[str, dict[str, Any]]:
-        """Edit once the view shows what the test expects and the exact old text; else fetch."""
+        """Edit once it has looked at what the test expects (in view, or a read of the test
+        file since the latest test run) and the view shows the exact old text; else fetch."""
         shortcut = bool(bug.trap) and GUARD[bug.trap] not in view.instructions
         path, old, new = (bug.path, bug.old, bug.new)
         if shortcut:
             path, old, new = (bug.short_path, bug.short_old, bug.short_new)
         test_path = bug.test.split("::")[0]
-        needs = [(test_path, bug.expect, f"def test_{bug.func}")]
+        tests = view.last("run_tests")
+        looked = any(
+            p.name == "read_file" and p.args.get("path") == test_path
+            for p in view.pairs[tests + 1 :]
+        )
+        needs = [] if looked else [(test_path, bug.expect, f"def test_{bug.func}")]
         needs.append((path, old, f"def {bug.func}" if path == bug.path else f"test_{bug.func}"))
         last = view.pairs[-1]
         failed_edit = last.name == "edit_file" and (last.result or "").startswith("error")
         for where, text, query in needs:
             if text in view.everything and not (failed_edit and where == path):
                 continue
-            if not any(where in (p.result or "") for p in view.pairs if p.name == "list_files"):
-                return "list_files", {}  # which files there are is out of sight
+            if where not in view.everything and not any(where in str(p.args) for p in view.pairs):
+                return "list_files", {}  # the file's name is nowhere in sight
             read_before = any(
                 p.name == "read_file" and p.args.get("path") == where for p in view.pairs
             )
