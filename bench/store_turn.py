@@ -1,0 +1,81 @@
+"""The store's share of a continuing turn: record_request + finish_exchange, wall and CPU ms per
+turn, nothing else running in the process. Pair it with an older tree for a before -> after:
+
+python -m bench.store_turn [DATABASE_URL] [--turns 300]      # default: SQLite in a temp dir
+(cd OLD_TREE && PYTHONPATH=. python -m bench.store_turn)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from typing import Any
+
+from proxy.store import Store
+from proxy.store.digest import hash_messages
+from proxy.store.request import NewRequest
+
+
+def turn(store: Store, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    new = NewRequest(
+        session_id="bench",
+        source="header",
+        key_id=None,
+        messages=messages,
+        request={"model": "m", "temperature": 0.1},
+        model="m",
+        upstream="u",
+        stream=False,
+        compiled=messages,
+        tokens_original=100,
+        tokens_compiled=100,
+        budget=None,
+        window=None,
+        pipeline=["a"],
+        events=[],
+        decided=None,
+        hashes=hash_messages(messages),
+    )
+    ref = store.record_request(new)
+    answer = {"role": "assistant", "content": f"answer {len(messages)}"}
+    store.finish_exchange(
+        ref,
+        status=200,
+        latency_ms=1.0,
+        ttft_ms=None,
+        response=answer,
+        partial=False,
+        usage={"prompt_tokens": 10, "completion_tokens": 2},
+        error=None,
+    )
+    return [*messages, answer, {"role": "user", "content": f"next {len(messages)}"}]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("url", nargs="?", help="database URL (default: SQLite in a temp dir)")
+    ap.add_argument("--turns", type=int, default=300)
+    args = ap.parse_args()
+    store = Store(args.url or f"sqlite:///{tempfile.mkdtemp()}/store.db")
+    store.upgrade()
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": f"task {os.getpid()} {time.time()}"},
+    ]
+    try:
+        for _ in range(20):
+            messages = turn(store, messages)
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(args.turns):
+            messages = turn(store, messages)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        store.close()
+    n = args.turns
+    print(f"store, continuing turn: wall {wall / n * 1000:.3f} ms, CPU {cpu / n * 1000:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
