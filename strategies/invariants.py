@@ -159,7 +159,7 @@ def _marker_before(content: Any, sent: Any) -> bool:
     return (
         isinstance(sent, str)
         and str(content).startswith(MARKER)
-        and (str(content).endswith(f"\n\n{sent}"))
+        and (str(content).endswith(f"\n\n{sent}") or not sent)
     )
 
 
