@@ -149,12 +149,24 @@ def score_conpact(cases, method: View, window: int) -> float:
     return sum(hits) / len(hits)
 
 
+def score_planted(seeds: int, method: View, window: int) -> float:
+    """bench/planted.py's chat sessions (ours, for comparison): share of probes kept."""
+    from bench.planted import planted_session
+
+    kept = []
+    for seed in range(seeds):
+        p = planted_session(seed, agentic=False)
+        text = quality.visible_text(method(p.messages, window))
+        kept.append(sum(probe in text for probe in p.probes) / len(p.probes))
+    return statistics.median(kept)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--windows", default="1536,2048,2560")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--suite", default=None, help="compactbench's elite_practice directory")
-    ap.add_argument("--only", default="compactbench,conpact")
+    ap.add_argument("--only", default="compactbench,conpact,planted")
     args = ap.parse_args(argv)
     path = suite_dir(args.suite)
     methods = {"ctxproxy": ctxproxy_view(), "trim_messages": trim_view()}
@@ -175,6 +187,13 @@ def main(argv: list[str] | None = None) -> None:
         for w in windows:
             for name, method in methods.items():
                 print(f"| {name} | {w:,} | {score_conpact(cases_c, method, w):.2f} |", flush=True)
+    if "planted" in args.only:
+        print("\nbench/planted.py chat sessions at the route's defaults (reply reserve, margin)")
+        print("| method | window | statements kept (median) |\n|---|---|---|")
+        for w in windows:
+            for name, method in methods.items():
+                kept = score_planted(args.seeds, method, w)
+                print(f"| {name} | {w:,} | {kept:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

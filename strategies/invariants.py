@@ -84,8 +84,11 @@ def check_valid(original: Sequence[Message], compiled: Sequence[Message]) -> Non
     latest = zip(compiled[len(compiled) - k :], original[len(original) - k :], strict=True)
     if len(compiled) < k or not all(kept_in_latest(c, o) for c, o in latest):
         raise InvariantError("compaction changed the latest turn")
-    now, sent = _users(compiled)[-1:], _users(original)[-1:]
-    if len(now) != len(sent) or not all(map(kept_in_latest, now, sent)):
+    sent = _users(original)[-1:]
+    # The latest user message, or (a marker standing alone in the user's voice after it, or
+    # an empty one that hosts the marker: the two look alike) the last user message.
+    now = [_users(compiled)[-1:], [m for m in compiled if m.get("role") == "user"][-1:]]
+    if not any(len(n) == len(sent) and all(map(kept_in_latest, n, sent)) for n in now):
         raise InvariantError("compaction changed the latest user message")
     if clashes := _clashes(compiled) - _clashes(original):
         raise InvariantError(f"compaction put two {sorted(clashes)[0]} messages next to each other")
@@ -159,7 +162,7 @@ def _marker_before(content: Any, sent: Any) -> bool:
     return (
         isinstance(sent, str)
         and str(content).startswith(MARKER)
-        and (str(content).endswith(f"\n\n{sent}"))
+        and (str(content).endswith(f"\n\n{sent}") or not sent)
     )
 
 

@@ -129,14 +129,15 @@ def user_form(text: str, ref: str) -> str:
     return " ".join(" ".join(out).split())
 
 
-def _information(text: str) -> float:
-    """Concrete values (the longer, the more specific) and modality count; a question counts
-    less than a statement; relay pointers count nothing."""
+def _information(text: str, held: frozenset[str] = frozenset()) -> float:
+    """Concrete values the view does not hold yet (the longer, the more specific) and modality
+    count; a question counts less than a statement; relay pointers count nothing."""
     score = 0.0
     for sentence in re.split(r"(?<=[.!?])\s+", text):
         if sentence.startswith("[relayed "):
             continue
-        concrete = sum(min(len(m), 8) / 4 for m in _specific(sentence))
+        values = [m for m in _specific(sentence) if m.lower().strip(".,:;") not in held]
+        concrete = sum(min(len(m), 8) / 4 for m in values)
         value = 0.5 + concrete + 1.5 * len(MODAL.findall(sentence))
         score += value * (0.35 if sentence.rstrip().endswith("?") else 1.0)
     return score
@@ -188,6 +189,14 @@ def cap_tokens(budget: int, share: float) -> int:
     return int(budget * share)
 
 
+@dataclass(frozen=True)
+class Unit:
+    entry: int  # position of its entry in the list
+    n: int  # its place in the entry
+    text: str  # a sentence, or a relay pointer
+    words: frozenset[str]
+
+
 def render(
     raw: Sequence[Message],
     forgotten: Sequence[int],
@@ -196,45 +205,95 @@ def render(
     held: frozenset[str] = frozenset(),
 ) -> str:
     """The ledger within `cap` (in the units of `size`, summed line by line; "" when nothing
-    is carried). When not all fit, the entries with the least information per unit of size
-    leave first; novelty is judged against `held` (the words the view already
-    holds). The heading says how many were left out."""
+    is carried). Every message whole when all fit; else sentence by sentence, the least
+    informative per unit of size leaving first, novelty judged against `held` (the words the
+    view already holds) and against the other sentences. A shortened message shows "…" where
+    sentences left; the heading says how many messages were shortened or left out."""
     all_entries = entries(raw, forgotten)
     if not all_entries or cap <= 0:
         return ""
-    cost = {e.index: size(f"- {e.text}") + 1 for e in all_entries}
-    heading = size(HEADING + " (0000 more left out for room; recall them by query)")
-    if heading + sum(cost.values()) <= cap:
-        return _text([e.text for e in all_entries], 0)
-    value = _values(all_entries, held)
-    order = sorted(all_entries, key=lambda e: (-value[e.index] / cost[e.index] ** 0.8, -e.index))
-    room, chosen = cap - heading, set()
-    for e in order:
-        if cost[e.index] <= room:
-            chosen.add(e.index)
-            room -= cost[e.index]
-    kept = [e.text for e in all_entries if e.index in chosen]
-    return _text(kept, len(all_entries) - len(kept)) if kept else ""
+    whole = [e.text for e in all_entries]
+    heading = size(HEADING + " (0000 shortened or left out for room; recall them by query)")
+    if heading + sum(size(f"- {t}") + 1 for t in whole) <= cap:
+        return _text(whole, 0)
+    units = [
+        Unit(k, n, t, words_of(t))
+        for k, e in enumerate(all_entries)
+        for n, t in enumerate(sentences(e.text))
+    ]
+    value = _values(units, held)
+    cost = [size(u.text) + 1 for u in units]
+    order = sorted(range(len(units)), key=lambda i: (-value[i] / cost[i] ** 0.8, -i))
+    chosen: set[int] = set()
+    room = cap - heading
+    started: set[int] = set()
+    for i in order:
+        extra = cost[i] + (0 if units[i].entry in started else size("- ") + 1)
+        if extra <= room:
+            chosen.add(i)
+            started.add(units[i].entry)
+            room -= extra
+    while chosen and _size(units, chosen, size) + heading > cap:
+        chosen.discard(min(chosen, key=lambda i: (value[i] / cost[i] ** 0.8, i)))
+    lines = _lines(units, chosen)
+    changed = len(all_entries) - sum(line in whole for line in lines)
+    return _text(lines, changed) if lines else ""
 
 
-def _values(all_entries: list[Entry], held: frozenset[str]) -> dict[int, float]:
-    """Information weighted by novelty: how rare an entry's words are among the forgotten
-    user messages (a pattern repeated in many says little) and whether the view already holds
-    them. A tie goes to the newer."""
+SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=\S)|(?<=\])\s+(?=\S)|\s+(?=\[relayed )")
+
+
+def sentences(text: str) -> list[str]:
+    return [x for x in SENTENCE.split(text) if x.strip()]
+
+
+def _lines(units: list[Unit], chosen: set[int]) -> list[str]:
+    """Each entry with a chosen sentence, as one line; "…" marks where sentences left."""
+    by_entry: dict[int, list[tuple[Unit, bool]]] = {}
+    for i, u in enumerate(units):
+        by_entry.setdefault(u.entry, []).append((u, i in chosen))
+    out = []
+    for parts in by_entry.values():
+        if not any(keep for _, keep in parts):
+            continue
+        text: list[str] = []
+        gap = False
+        for u, keep in parts:
+            if keep:
+                text.append(("… " if gap or (not text and u.n) else "") + u.text)
+                gap = False
+            else:
+                gap = True
+        out.append(" ".join(text) + (" …" if gap else ""))
+    return out
+
+
+def _size(units: list[Unit], chosen: set[int], size: Callable[[str], int]) -> int:
+    return sum(size(f"- {line}") + 1 for line in _lines(units, chosen))
+
+
+def _values(units: list[Unit], held: frozenset[str]) -> dict[int, float]:
+    """Information weighted by novelty: how rare a sentence's words are among the forgotten
+    user words (a pattern repeated in many says little) and whether the view already holds
+    them; a repeated sentence counts once (the latest). A tie goes to the newer."""
     df: dict[str, int] = {}
-    for e in all_entries:
-        for w in e.words:
+    for u in units:
+        for w in u.words:
             df[w] = df.get(w, 0) + 1
-    n = len(all_entries)
+    n = len(units)
     top = math.log1p(n)
+    latest = {" ".join(u.text.lower().split()): i for i, u in enumerate(units)}
     out: dict[int, float] = {}
-    for e in all_entries:
-        rare = [math.log1p(n / df[w]) / top for w in e.words if w not in held]
-        novel = sum(rare) / len(e.words) if e.words else 0.0
-        out[e.index] = e.info * (0.4 + 0.6 * novel) + 1e-9 * math.log1p(e.index)
+    for i, u in enumerate(units):
+        if latest[" ".join(u.text.lower().split())] != i:
+            out[i] = 0.0
+            continue
+        rare = [math.log1p(n / df[w]) / top for w in u.words if w not in held]
+        novel = sum(rare) / len(u.words) if u.words else 0.0
+        out[i] = _information(u.text, held) * (0.4 + 0.6 * novel) + 1e-9 * math.log1p(i)
     return out
 
 
 def _text(kept: list[str], left: int) -> str:
-    note = f" ({left} more left out for room; recall them by query)" if left else ""
+    note = f" ({left} shortened or left out for room; recall them by query)" if left else ""
     return "\n".join([HEADING + note, *(f"- {text}" for text in kept)])

@@ -26,7 +26,7 @@ class TieredOptions:
 class ForgetOptions:
     keep_recent: int = KEEP_RECENT
     keep_first: float = 0.2  # of the room: the first steps after the task, never forgotten
-    ledger_share: float = 0.2  # of the room, for what forgotten turns said
+    ledger_share: float = 0.4  # of the room, for the user's words from forgotten turns
 
 
 @dataclass(frozen=True)

@@ -350,7 +350,7 @@ def test_user_messages_are_never_forgotten_only_counted_when_no_room_is_left(msg
         prior = result.state
     seen = " ".join(" ".join(str(m.get("content")) for m in result.messages).split())
     absent = [i for i, m in enumerate(msgs) if m["role"] == "user" and not _carried(msgs, i, seen)]
-    left = re.search(r"\((\d+) more left out for room", seen)
+    left = re.search(r"\((\d+) shortened or left out for room", seen)
     if left is None and ledger.HEADING not in seen:
         # No room for any ledger (the budget is full): the marker still counts them.
         left = re.search(r"User messages among them: (\d+)", seen)
@@ -361,7 +361,8 @@ def _carried(msgs: list[dict], i: int, seen: str) -> bool:
     """The message whole, or as the ledger carries it (relays as pointers), or folded (its
     recall pointer)."""
     carried = ledger.entries(msgs, [i])
-    if not carried:
+    users = [j for j in range(i, len(msgs)) if msgs[j]["role"] == "user"]
+    if not carried or all(e.index != i for e in ledger.entries(msgs, users)):
         return True  # nothing in it to carry, or a later message says the same
     forms = [msgs[i]["content"], recall_ref(msgs[i])]
     forms += [e.text for e in carried]
