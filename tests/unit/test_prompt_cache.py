@@ -103,3 +103,6 @@ def test_the_expectation_is_in_the_servers_tokens_where_it_counted_the_last_prom
     e = expect(counted, now, COUNTER, new)
     assert e is not None and e.previous == e.expected == 321
     assert e.cause(321, observed=False) == (None, 0)  # all of it cached: nothing flagged
+    # Observed, the server counted the client's own prompt: the view's estimate stands
+    e = expect(counted, now, COUNTER, new, observed=True)
+    assert e is not None and e.previous == before.tokens_compiled
