@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from proxy.app import create_app
 from proxy.testing.cache_session import drive, table
 from proxy.testing.llamacpp import LlamaServer, ensure_model
@@ -90,7 +92,17 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=40)
     ap.add_argument("--port", type=int, default=27100)
     ap.add_argument("--out", type=Path, default=FIGURE)
+    ap.add_argument("--from-url", help="plot a session of a running ctxproxy instead: URL")
+    ap.add_argument("--session", default="compacted")
     args = ap.parse_args()
+    if args.from_url:
+        rows = httpx.get(f"{args.from_url}/sessions/{args.session}/exchanges").json()["data"]
+        done = [x for x in rows if not x["pending"]]
+        print(table(done))
+        title = f"llama.cpp + SmolLM2 at 4k, {len(done)} turns: the prompt cache"
+        plot(done, args.out, title)
+        print(f"figure: {args.out}")
+        return
     model = ensure_model()
     # A loaded machine takes minutes to start one: wait for it
     small = LlamaServer(model, port=args.port + 1, n_ctx=8192, n_parallel=2).start(timeout=600)

@@ -43,9 +43,14 @@ class Expectation:
 
 
 def expect(
-    prior: Prior | None, compiled: Compiled, counter: TokenCounter, messages: list[Any]
+    prior: Prior | None,
+    compiled: Compiled,
+    counter: TokenCounter,
+    messages: list[Any],
+    observed: bool = False,
 ) -> Expectation | None:
-    """None where nothing is known of an earlier view (a new session, an unknown window)."""
+    """None where nothing is known of an earlier view (a new session, an unknown window).
+    Observed, the server counted the client's prompt, not the view: estimates it is."""
     state = compiled.state
     if state is None:
         return None
@@ -63,6 +68,11 @@ def expect(
         shared = counter.estimate(raw) + compiled.tools
     later = messages[old.covered :]
     answers = sum(1 for m in later if isinstance(m, dict) and m.get("role") == "assistant")
+    counted = None if observed else prior.prompt_tokens
+    if isinstance(counted, int) and counted > 0 and previous > 0:
+        # In the server's own tokens where it counted the previous prompt: that is what it
+        # holds cached, and what its cached_tokens will be compared with.
+        shared, previous = round(shared * counted / previous), counted
     return Expectation(min(shared, previous), previous, answers > 1)
 
 

@@ -339,7 +339,9 @@ class Exchange:
         self.stream = bool(body.get("stream"))
         if compiled is not None and self.refused is None:
             counter = self.services.counter.corrected(compiled.factor)
-            self.expectation = cache.expect(self.prior, compiled, counter, self.messages)
+            self.expectation = cache.expect(
+                self.prior, compiled, counter, self.messages, self.observed
+            )
         expected = self.expectation
         return NewRequest(
             session_id=key.id,

@@ -20,7 +20,7 @@ def drive(
     if observe:
         headers["x-ctxproxy-mode"] = "observe"
     messages = [SYSTEM, TASK]
-    with httpx.Client(base_url=proxy_url, timeout=300, headers=headers) as client:
+    with httpx.Client(base_url=proxy_url, timeout=900, headers=headers) as client:
         for turn in range(turns):
             messages = [*messages, *agent_turn(turn)]
             body = {"model": model, "messages": messages, "max_tokens": 8, "temperature": 0}

@@ -122,11 +122,13 @@ def build(turns: Sequence[ExchangeSummary], scale: str | None = None) -> Chart |
         "expected": [t.cache_expected for t in turns],
         "net saved": _net_saved(turns, failed),
     }
-    shown = [v for vs in values.values() for v in vs if v] + [
+    shown = [v for k, vs in values.items() if k != "net saved" for v in vs if v] + [
         t.tokens_compiled for t, f in zip(turns, failed, strict=True) if f and t.tokens_compiled
     ]
     top = max(shown, default=0) or 1
-    rest = max((v or 0 for k, vs in values.items() if k != "original" for v in vs), default=0) or 1
+    # The log scale is for an original far above what was sent; the saving follows the original.
+    beside = (v or 0 for k, vs in values.items() if k not in ("original", "net saved") for v in vs)
+    rest = max(beside, default=0) or 1
     if scale not in ("linear", "log"):
         scale = "log" if top > LOG_WHEN * rest else "linear"
     floor = _log_floor(min(shown, default=1))

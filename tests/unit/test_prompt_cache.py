@@ -92,3 +92,17 @@ def test_cached_tokens_from_each_servers_report() -> None:
     assert cached_tokens({"prompt_tokens": 9}, {"cache_n": 5, "prompt_n": 4}) == 5
     assert cached_tokens({"prompt_tokens": 9}) is None
     assert cached_tokens(None, {"cache_n": True}) is None
+
+
+def test_the_expectation_is_in_the_servers_tokens_where_it_counted_the_last_prompt() -> None:
+    old = history(3)
+    before = compiled_of(old, tuple(range(len(old))), old)
+    new = [*old, {"role": "user", "content": "and then?"}]
+    now = compiled_of(new, tuple(range(len(new))), new)
+    counted = Prior(before.state, 1.0, before.raw_prompt, 321, before.tokens_original)  # type: ignore[arg-type]
+    e = expect(counted, now, COUNTER, new)
+    assert e is not None and e.previous == e.expected == 321
+    assert e.cause(321, observed=False) == (None, 0)  # all of it cached: nothing flagged
+    # Observed, the server counted the client's own prompt: the view's estimate stands
+    e = expect(counted, now, COUNTER, new, observed=True)
+    assert e is not None and e.previous == before.tokens_compiled
