@@ -98,7 +98,11 @@ def test_untrusted_lines_never_reach_ctxproxys_own_text(variant: str) -> None:
     own = ctxproxy_text(view)
     assert len(own) == 1, "the untrusted step was forgotten behind one marker"
     sent = json.dumps(view)
-    assert not any(p in sent for p in PROBES), own[0]  # nor anywhere else in the view
+    assert not any(p in own[0] for p in PROBES), own[0]
+    # Elsewhere the untrusted lines may only stand where they came from, as the client sent
+    # them (a kept first step): never in a message ctxproxy wrote or rewrote.
+    carrying = [m for m in view if any(p in json.dumps(m) for p in PROBES)]
+    assert all(m in msgs for m in carrying), carrying
     # The user's words are carried, in a user message; the marker says tool text is data.
     host = next(m for m in view if MARKER in json.dumps(m.get("content")))
     assert host["role"] == "user"
