@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import select
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -140,6 +141,13 @@ class _CheckedConnector(aiohttp.TCPConnector):
     and tests/e2e/test_stray_bytes.py fail if an upgrade changes it."""
 
     async def _get(self, key: Any, traces: list[Any]) -> aiohttp.connector.Connection | None:
+        idle = self._conns.get(key)
+        # The pool hands out its longest-idle connection first (FIFO): if even that one came
+        # back less than REST_S ago, a new connection is opened instead, so a copy the server
+        # sends a moment after an answer lands on an idle socket, where the check below sees it,
+        # rather than after the connection's next request, where nothing could tell it apart.
+        if idle and time.monotonic() - idle[0][1] < REST_S:
+            return None
         while (conn := await super()._get(key, traces)) is not None:
             proto = conn.protocol
             if proto is not None and clean(proto):
@@ -168,6 +176,7 @@ def readable(transport: asyncio.BaseTransport | None) -> bool:
     return bool(poller.poll(0))
 
 
+REST_S = 0.05  # s: a pooled connection rests this long after its answer before it is reused
 USES = "ctxproxy_uses"  # on a connection's protocol: how often the pool handed it out again
 
 
