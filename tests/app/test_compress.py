@@ -13,6 +13,7 @@ from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.testing.histories import agent_turn
 from proxy.testing.validity import problems
+from strategies.messages import original_ref
 
 LOCAL = "http://localhost"
 TASK = [
@@ -80,13 +81,14 @@ def test_gateway_window_and_session_header_are_honoured(tmp_path: Path) -> None:
     assert audit.total == 2 and sent == []
 
 
-def test_retrieve_returns_a_folded_original_byte_for_byte(tmp_path: Path) -> None:
+def test_retrieve_returns_an_original_byte_for_byte(tmp_path: Path) -> None:
+    """What a view leaves out or folds, named by its hash as placeholders name it."""
     messages = history(30)
     with client_for(tmp_path, []) as client:
         out = client.post("/v1/compress", json={"messages": messages, "model": "m"}).json()
-        view = json.dumps(out["messages"])
-        refs = sorted(set(re.findall(r"/messages/[0-9a-f]{16}", view)))
-        assert refs, "a view of 30 long turns at 4k folds something"
+        assert len(out["messages"]) < len(messages)
+        refs = [original_ref(m) for m in messages if m["role"] == "tool"]
+        refs += re.findall(r"/messages/[0-9a-f]{16}", json.dumps(out["messages"]))
         got = [client.get(f"/v1/retrieve{ref}") for ref in refs]
         bare = client.get(f"/v1/retrieve/{refs[0].rsplit('/', 1)[1]}")
         missing = client.get("/v1/retrieve/" + "0" * 16)
@@ -95,6 +97,9 @@ def test_retrieve_returns_a_folded_original_byte_for_byte(tmp_path: Path) -> Non
     for r in got:
         assert r.status_code == 200
         assert json.dumps(r.json()["content"]) in originals
+    assert [r.json()["content"] for r in got[:5]] == [
+        m["content"] for m in messages if m["role"] == "tool"
+    ][:5]
     assert bare.json() == got[0].json()
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     assert bad.status_code == 400 and "error" in bad.json()

@@ -232,13 +232,9 @@ def test_native_forwarding_keeps_untouched_messages_byte_exact(
         )
     )
     history = tool_history(40)
-    history[0] = {
-        "role": "user",
-        "content": [
-            {"type": "text", "text": "Make it pass.", "cache_control": {"type": "ephemeral"}}
-        ],
-        "x_unknown": {"kept": True},
-    }
+    latest = history[-2]  # the latest step: an assistant message that stays as it came
+    latest["x_unknown"] = {"kept": True}
+    latest["content"][-1]["cache_control"] = {"type": "ephemeral"}
     r = httpx.post(
         proxy.url + "/v1/messages",
         json={"model": "any", "max_tokens": 256, "system": "You fix bugs.", "messages": history},
@@ -252,8 +248,10 @@ def test_native_forwarding_keeps_untouched_messages_byte_exact(
     assert script.headers[-1]["anthropic-version"] == "2023-06-01"
     assert script.headers[-1]["anthropic-beta"] == "tools-2024"
     assert sent["system"] == "You fix bugs."
-    assert sent["messages"][0] == history[0]  # unknown fields and cache_control too
-    assert sent["messages"][-3] == history[-2]  # the latest step, thinking and all
+    # The task hosts the forget marker, in the user's voice: rebuilt, the user's text first.
+    assert sent["messages"][0]["content"].startswith(history[0]["content"] + "\n\n[ctxproxy: ")
+    assert "earlier messages" in json.dumps(sent["messages"][0])
+    assert sent["messages"][-3] == history[-2]  # thinking, unknown fields, cache_control
     # Its log was folded: the message is rebuilt, the result and the text apart.
     assert sent["messages"][-2]["content"][0]["tool_use_id"] == "toolu_039"
     assert "folded" in sent["messages"][-2]["content"][0]["content"]
