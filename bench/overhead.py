@@ -1,4 +1,5 @@
-"""Overhead per request: ctxproxy beside LiteLLM's and Headroom's proxies, against direct calls.
+"""Overhead per request: ctxproxy beside peer proxies (LiteLLM, Headroom, context-guardian),
+against direct calls.
 
 One scripted upstream on loopback answers every request at once. Five measurements, in one run:
 
@@ -628,6 +629,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__)
     ap.add_argument("--setup", action="store_true", help="install the peers, then exit")
     ap.add_argument("--no-peers", action="store_true", help="direct and ctxproxy only")
+    ap.add_argument(
+        "--peers",
+        nargs="+",
+        choices=[p.name for p in peer_proxies.PEERS],
+        help="run only these peers (default all; LiteLLM and Headroom are slow to install)",
+    )
     ap.add_argument("--quick", action="store_true", help="tiny sizes, few requests (smoke test)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 3)")
     ap.add_argument("--sizes", nargs="+", choices=[*SIZES, *TINY], help="history sizes")
@@ -669,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=tabulate.RESULTS, help="results folder")
     ap.add_argument("--name", help="results file name (default overhead or overhead-quick)")
     args = ap.parse_args(argv)
-    peers = [] if args.no_peers else peer_proxies.PEERS
+    peers = [] if args.no_peers else peer_proxies.pick(args.peers)
     errors = {p.name: peer_proxies.setup_peer(p) for p in peers}
     if args.setup:
         for name, err in errors.items():

@@ -1,4 +1,4 @@
-"""The peer proxies (LiteLLM, Headroom), each in its own venv, started beside ctxproxy."""
+"""The peer proxies (LiteLLM, Headroom, context-guardian), each in its own venv, beside ctxproxy."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ QUIET = {
     "HEADROOM_SKIP_UPSTREAM_CHECK": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
+    # context-guardian: no PyPI version check at start
+    "GUARDIAN_VERSION_CHECK": "0",
 }
 LITELLM_KEY = "sk-bench-master"
 
@@ -58,7 +60,19 @@ class Peer:
 PEERS = [
     Peer("litellm", "litellm[proxy]==1.108.7", "litellm"),
     Peer("headroom", "headroom-ai[proxy]==0.42.0", "headroom"),
+    Peer("context-guardian", "context-guardian==0.12.0", "context-guardian"),
 ]
+# A window no bench history reaches: context-guardian then summarises nothing, forwards the
+# client's bytes and stores nothing, as ctxproxy compacts nothing under its BIG_WINDOW.
+GUARDIAN_NUM_CTX = 1_000_000
+
+
+def pick(names: list[str] | None) -> list[Peer]:
+    """The peers named (all when None), in PEERS' order."""
+    known = {p.name for p in PEERS}
+    if names is not None and not set(names) <= known:
+        raise ValueError(f"unknown peers {sorted(set(names) - known)}; known: {sorted(known)}")
+    return [p for p in PEERS if names is None or p.name in names]
 
 
 def setup_peer(peer: Peer, log: Callable[[str], None] = print) -> str | None:
@@ -124,4 +138,16 @@ def start_peer(peer: Peer, workdir: Path, upstream: Server) -> Server:
         argv += ["--no-rate-limit", "--no-cache", "--no-subscription-tracking", "--no-telemetry"]
         env = QUIET | {"HEADROOM_WORKSPACE_DIR": str(workspace), "HOME": str(workdir)}
         return start(peer.name, argv, port, "/livez", workdir, env, timeout=120)
+    if peer.name == "context-guardian":
+        data = workdir / "guardian-data"
+        shutil.rmtree(data, ignore_errors=True)
+        data.mkdir()
+        env = QUIET | {
+            "GUARDIAN_NUM_CTX": str(GUARDIAN_NUM_CTX),
+            "GUARDIAN_UPSTREAM_URL": f"{upstream.url}/v1",
+            "GUARDIAN_HOST": "127.0.0.1",
+            "GUARDIAN_PORT": str(port),
+            "GUARDIAN_DATA_DIR": str(data),
+        }
+        return start(peer.name, [exe], port, "/guardian/stats", workdir, env, timeout=60)
     raise ValueError(peer.name)
