@@ -336,7 +336,14 @@ def digest(text: str) -> str:
 
 def run_pytest(root: Path, timeout: float = 120) -> tuple[int, str]:
     argv = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider"]
-    env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)}
+    # No bytecode cache: an edit that keeps a file's size within the second it was compiled
+    # would otherwise run the stale .pyc (its check is mtime in seconds and size).
+    env = {
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(root),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     done = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=timeout, env=env)
     return done.returncode, (done.stdout + done.stderr).strip()
 
