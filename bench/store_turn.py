@@ -15,27 +15,17 @@ from typing import Any
 
 from proxy.store import Store
 from proxy.store.digest import hash_messages
-from proxy.store.request import NewRequest
+from proxy.testing.records import new_request
 
 
 def turn(store: Store, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    new = NewRequest(
-        session_id="bench",
-        source="header",
-        key_id=None,
-        messages=messages,
+    new = new_request(
+        "bench",
+        messages,
         request={"model": "m", "temperature": 0.1},
-        model="m",
-        upstream="u",
-        stream=False,
-        compiled=messages,
         tokens_original=100,
         tokens_compiled=100,
-        budget=None,
-        window=None,
         pipeline=["a"],
-        events=[],
-        decided=None,
         hashes=hash_messages(messages),
     )
     ref = store.record_request(new)

@@ -7,28 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from proxy.store import Store
-from proxy.store.request import NewRequest
+from proxy.testing.records import new_request
 
 
 def turn(store: Store, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    new = NewRequest(
-        session_id="s",
-        source="header",
-        key_id=None,
-        messages=messages,
-        request={"model": "m"},
-        model="m",
-        upstream="u",
-        stream=False,
-        compiled=messages,
-        tokens_original=10,
-        tokens_compiled=10,
-        budget=None,
-        window=None,
-        pipeline=[],
-        events=[],
-        decided=None,
-    )
+    new = new_request("s", messages)
     ref = store.record_request(new)
     answer = {"role": "assistant", "content": f"answer {len(messages)} " + "x" * 2000}
     store.finish_exchange(
