@@ -5,8 +5,9 @@ from __future__ import annotations
 import gc
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import httpx
@@ -16,6 +17,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp
 
 from proxy.api import (
     audit,
@@ -35,7 +37,9 @@ from proxy.errors import ProxyError, StorageUnavailable, error_body
 from proxy.formats import anthropic
 from proxy.http import openapi
 from proxy.http.guard import HostGuard
+from proxy.http.hot import Hot
 from proxy.http.memory import ReturnMemory
+from proxy.http.plain import PlainRoute
 from proxy.observe.metrics import Metrics, RequestMetrics
 from proxy.services import Services
 from proxy.settings import Settings
@@ -82,7 +86,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             store.close()
 
     app_metrics = Metrics()  # per app, not a global registry: tests build many apps
-    app = FastAPI(title="ctxproxy", version="0.1.0", lifespan=lifespan)
+    app = App(title="ctxproxy", version="0.1.0", lifespan=lifespan)
     app.add_middleware(ReturnMemory)
     app.add_middleware(RequestMetrics, metrics=app_metrics)
     app.add_middleware(HostGuard, allowed=settings.allowed_hosts)
@@ -103,7 +107,22 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     ]
     _install_error_handlers(app)
     openapi.install(app, chat.openapi_paths())
+    app.hot = partial(Hot, metrics=app_metrics, allowed=settings.allowed_hosts)
     return app
+
+
+class App(FastAPI):
+    """FastAPI, with the plain routes' requests dispatched ahead of its middleware stack
+    (proxy/http/hot.py): `hot` wraps the stack once it is built."""
+
+    hot: Callable[..., ASGIApp] | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        if self.hot is None:
+            return stack
+        plain = [r for r in self.router.routes if isinstance(r, PlainRoute)]
+        return self.hot(stack, plain, self.exception_handlers)
 
 
 def settle_heap() -> None:

@@ -38,14 +38,18 @@ class HostGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            host = host_of(scope)
             if not host_allowed(host, self.allowed):
-                await _refuse(send, host)
+                await refuse(send, host)
                 return
         await self.app(scope, receive, send)
 
 
-async def _refuse(send: Send, host: str) -> None:
+def host_of(scope: Scope) -> str:
+    return dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+
+
+async def refuse(send: Send, host: str) -> None:
     exc = BadRequest(
         f"Host '{host[:100]}' is not allowed: add it to allowed_hosts", code="invalid_host"
     )

@@ -50,7 +50,7 @@ def give_back() -> None:
         _TRIM(0)
 
 
-def _content_length(scope: Scope) -> int:
+def content_length(scope: Scope) -> int:
     for name, value in scope.get("headers") or ():
         if name == b"content-length":
             return int(value) if value.isdigit() else 0
@@ -79,15 +79,16 @@ class ReturnMemory:
             size += len(message.get("body", b""))
             return message
 
-        declared = _content_length(scope)
+        declared = content_length(scope)
         try:
             with request_scope(), transient() if declared >= TRANSIENT_BYTES else nullcontext():
                 await self.app(scope, counting, send)
         finally:
             if size >= self.threshold:
-                self._schedule()
+                self.schedule()
 
-    def _schedule(self) -> None:
+    def schedule(self) -> None:
+        """A trim DELAY_S from now (the one already scheduled moves there)."""
         if self._pending is not None:
             self._pending.cancel()
         loop = asyncio.get_running_loop()

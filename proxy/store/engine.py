@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from proxy.store import direct, pipelined
+from proxy.store.held import Held
 
 log = logging.getLogger("ctxproxy.store")
 
@@ -159,6 +160,8 @@ class Writer:
             FairLock() if sqlite_db else contextlib.nullcontext()
         )
         self._sqlite = sqlite_db
+        # SQLite: the hot path's write connection, kept (writes take turns under the lock)
+        self.held = Held(self.engine, keep=1) if sqlite_db else None
         self._commits = 0  # since the last checkpoint (SQLite)
 
     def tidy(self) -> None:
@@ -213,7 +216,11 @@ class Writer:
         for attempt in range(RETRIES):
             try:
                 with self._lock:
-                    result = pipelined.transaction(self.engine, work, idempotent)
+                    if self.held is not None:
+                        with self.held.connect() as conn:
+                            result = pipelined.on_sqlite(conn, work, [])
+                    else:
+                        result = pipelined.transaction(self.engine, work, idempotent)
                     self._commits += 1
                     return result
             except (IntegrityError, OperationalError) as exc:

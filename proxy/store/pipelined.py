@@ -32,7 +32,7 @@ def transaction(engine: Engine, work: Callable[[Direct], T], idempotent: bool = 
                 if _can_pipeline(conn):
                     return _pipelined(conn, work, sent)
                 if conn.dialect.name == "sqlite":
-                    return _on_sqlite(conn, work, sent)
+                    return on_sqlite(conn, work, sent)
                 with conn.begin() as trans:
                     result = work(Direct(conn))
                     sent.append(True)
@@ -45,7 +45,7 @@ def transaction(engine: Engine, work: Callable[[Direct], T], idempotent: bool = 
     raise AssertionError("unreachable")
 
 
-def _on_sqlite(conn: Connection, work: Callable[[Direct], T], sent: list[bool]) -> T:
+def on_sqlite(conn: Connection, work: Callable[[Direct], T], sent: list[bool]) -> T:
     """BEGIN IMMEDIATE and COMMIT straight to the driver, as the statements go: SQLAlchemy's
     own transaction cost more than the statements. A statement that still goes through
     SQLAlchemy joins this transaction (engine.py's begin hook sees it open)."""

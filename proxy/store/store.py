@@ -16,6 +16,7 @@ from proxy.store import ahead, history, install, liveness, pipelined, reads, sta
 from proxy.store.digest import hash_messages
 from proxy.store.direct import Direct
 from proxy.store.engine import Writer, make_engine
+from proxy.store.held import Held
 from proxy.store.models import (
     CompiledRef,
     EntryRow,
@@ -53,6 +54,9 @@ class Store:
         self._reads = (
             self.engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else None
         )
+        # SQLite: connections kept for the hot path's state reads (store/held.py)
+        sqlite = self.engine.dialect.name == "sqlite"
+        self._held = Held(self.engine, keep=2) if sqlite else None
         self.instance: str | None = None  # this process's InstanceRow id, once registered
         self._ids_key: bytes | None = None
         # Exchanges answered whose finish is still being written, by session (expect_finish).
@@ -84,6 +88,9 @@ class Store:
             conn.execute(text("SELECT 1"))
 
     def close(self) -> None:
+        for held in (self._held, self._writer.held):
+            if held is not None:
+                held.close()
         self.engine.dispose()
 
     def sqlite_path(self) -> Path | None:
@@ -389,6 +396,9 @@ class Store:
     def load_state(self, session_id: str, hashes: list[str]) -> states.Prior | None:
         """The compaction state of the longest prefix of this history that has one."""
         chain = history.prefix_chain(hashes)
+        if self._held is not None:
+            with self._held.connect() as conn:
+                return states.load(Direct(conn), session_id, chain)
         engine = self._reads or self.engine
         return pipelined.read(engine, lambda c: states.load(Direct(c), session_id, chain))
 

@@ -166,3 +166,38 @@ def test_lone_surrogate_is_400_paired_one_is_fine(tmp_path: Path) -> None:
     assert bad.status_code == 400 and "surrogate" in bad.json()["error"]["message"]
     assert good.status_code == 200
     assert good.json()["got"]["messages"][0]["content"] == "ok \U0001f600"
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/chat/completions", "/s/agent-7/v1/messages", "/v1/responses"]
+)
+def test_the_chat_routes_refuse_a_foreign_host_before_anything_is_sent(
+    tmp_path: Path, path: str
+) -> None:
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return answer(request)
+
+    body = {"model": "m", "messages": HELLO, "input": "hi", "max_tokens": 10}
+    with app_with(tmp_path, handler) as client:
+        r = client.post(path, json=body, headers={"Host": "rebind.attacker.example"})
+        stored = client.app.state.services.store.list_sessions()
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_host"
+    assert sent == [] and stored.total == 0
+
+
+def test_an_unexpected_error_on_messages_is_a_500_in_anthropics_envelope(tmp_path: Path) -> None:
+    def broken(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("a bug, not an upstream's fault")
+
+    body = {"model": "m", "messages": HELLO, "max_tokens": 10}
+    with app_with(tmp_path, broken) as client:
+        r = client.post("/s/agent-7/v1/messages", json=body)
+        registry = client.app.state.services.metrics.registry
+    assert r.status_code == 500
+    assert r.json()["type"] == "error" and r.json()["error"]["type"] == "api_error"
+    assert "a bug" not in r.text
+    route = {"method": "POST", "route": "/s/{session}/v1/messages", "status": "500"}
+    assert registry.get_sample_value("ctxproxy_http_requests_total", route) == 1
