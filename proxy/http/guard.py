@@ -9,6 +9,7 @@ import json
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.errors import BadRequest
+from proxy.formats import anthropic
 
 
 def host_allowed(host: str, allowed: list[str]) -> bool:
@@ -31,7 +32,8 @@ def host_allowed(host: str, allowed: list[str]) -> bool:
 
 
 class HostGuard:
-    """ASGI middleware: 400 in OpenAI's envelope for a Host header that is not allowed."""
+    """ASGI middleware: a 400, in the envelope of the API the path belongs to, for a Host header
+    that is not allowed."""
 
     def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
         self.app, self.allowed = app, allowed
@@ -40,7 +42,7 @@ class HostGuard:
         if scope["type"] == "http":
             host = host_of(scope)
             if not host_allowed(host, self.allowed):
-                await refuse(send, host)
+                await refuse(send, host, scope["path"])
                 return
         await self.app(scope, receive, send)
 
@@ -49,11 +51,12 @@ def host_of(scope: Scope) -> str:
     return dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
 
 
-async def refuse(send: Send, host: str) -> None:
+async def refuse(send: Send, host: str, path: str) -> None:
     exc = BadRequest(
         f"Host '{host[:100]}' is not allowed: add it to allowed_hosts", code="invalid_host"
     )
-    body = json.dumps(exc.body()).encode()
+    error = anthropic.proxy_error_body(exc) if anthropic.is_messages_path(path) else exc.body()
+    body = json.dumps(error).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

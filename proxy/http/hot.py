@@ -69,7 +69,7 @@ class Hot:
             return
         host = host_of(scope)
         if not host_allowed(host, self.allowed):
-            await refuse(send, host)
+            await refuse(send, host, scope["path"])
             return
         route, params = matched
         scope["route"], scope["path_params"] = route, params
