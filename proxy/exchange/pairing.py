@@ -5,8 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.errors import BadRequest
-from strategies.invariants import PairingFault, pairing_faults
+from strategies import invariants
+from strategies.invariants import Calls, PairingFault, pairing_step, unanswered
+from strategies.prefix import PrefixMemo
 from strategies.repair import repair_pairing
+
+# After each message of a history seen before: the tool-call group left open, or FAULTY from a
+# certain fault on. A turn steps only through the messages after the longest such prefix; a
+# history with a fault anywhere is scanned whole, so that every fault is reported.
+FAULTY = "faulty"
+_SCANNED: PrefixMemo[Calls | None | str] = PrefixMemo("pairing.scanned", value_bytes=60)
 
 
 class InvalidToolPairing(BadRequest):
@@ -44,3 +52,23 @@ def apply_policy(body: dict[str, Any], policy: str) -> dict[str, Any]:
     if policy == "repair":
         return {**body, "messages": repair_pairing(body["messages"])}
     raise InvalidToolPairing(faults[0], len(faults))
+
+
+def pairing_faults(messages: list[Any]) -> list[PairingFault]:
+    """invariants.pairing_faults, stepping only through what a resent history adds."""
+
+    def scan(known: list[Calls | None | str]) -> list[Calls | None | str]:
+        calls = known[-1] if known else None
+        out = []
+        for i in range(len(known), len(messages)):
+            if not isinstance(calls, str):
+                found: list[PairingFault] = []
+                calls = pairing_step(messages[i], i, calls, found)
+                calls = FAULTY if found else calls
+            out.append(calls)
+        return out
+
+    last = _SCANNED.values(messages, scan)[-1] if messages else None
+    if isinstance(last, str):
+        return invariants.pairing_faults(messages)
+    return unanswered(last)

@@ -11,6 +11,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from proxy.errors import BadRequest
+from strategies.prefix import PrefixMemo
 
 
 class _Open(BaseModel):
@@ -187,7 +188,23 @@ def _plainly_valid(data: dict[str, Any]) -> bool:
     tools = data.get("tools")
     if tools is not None and not all(type(t) is dict for t in tools):
         return False
-    return all(_plain_message(m) for m in messages)
+    return _plain_messages(messages)
+
+
+# After each message of a history seen before: whether it and all before it are plainly valid.
+# A resent history checks only the messages after the longest such prefix.
+_PLAIN: PrefixMemo[bool] = PrefixMemo("chat.plain", value_bytes=8)
+
+
+def _plain_messages(messages: list[Any]) -> bool:
+    def check(known: list[bool]) -> list[bool]:
+        ok, out = not known or known[-1], []
+        for m in messages[len(known) :]:
+            ok = ok and _plain_message(m)
+            out.append(ok)
+        return out
+
+    return _PLAIN.values(messages, check)[-1]
 
 
 NoneType = type(None)
