@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from itertools import compress
-from operator import methodcaller
+from itertools import compress, repeat
 from typing import Any
 
 from strategies import invariants
@@ -127,14 +126,11 @@ def compile_view(
 def fixed_tokens(messages: Sequence[Message], count: Callable[[Message], int]) -> int:
     """Raw tokens of what no step before the last resort changes: the system and developer
     prompts and the task (the first user message)."""
-    roles = list(map(_ROLE, messages))  # at C speed: a long history has few of them
+    roles = list(map(dict.get, messages, repeat("role")))  # at C speed: prompts are few
     fixed = set(compress(range(len(roles)), map(PROMPT_ROLES.__contains__, roles)))
     if "user" in roles:
         fixed.add(roles.index("user"))
     return sum(count(messages[i]) for i in fixed)
-
-
-_ROLE = methodcaller("get", "role")
 
 
 def merge(events: Sequence[CompactionEvent]) -> list[CompactionEvent]:
