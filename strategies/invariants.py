@@ -37,49 +37,24 @@ def pairing_faults(messages: Sequence[Message]) -> list[PairingFault]:
     An unanswered call is reported at its assistant message, an orphan result at itself.
     """
     faults: list[PairingFault] = []
-    calls = None
-    for i, m in enumerate(messages):
-        calls = pairing_step(m, i, calls, faults)
-    return faults + unanswered(calls)
-
-
-@dataclass(frozen=True)
-class Calls:
-    """A tool-call group still open: its assistant message's index, its call ids, and those the
-    tool messages after it answered so far."""
-
-    caller: int
-    ids: tuple[Any, ...]
-    answered: frozenset[Any] = frozenset()
-
-
-def pairing_step(
-    m: Message, i: int, calls: Calls | None, faults: list[PairingFault]
-) -> Calls | None:
-    """The group open after message `i`, `m`, given the one open before it; a fault appended
-    to `faults` as soon as it is certain. A scan can so resume after any prefix."""
-    if calls is not None and m.get("role") == "tool":
-        tid = m.get("tool_call_id")
-        if tid in calls.ids and tid not in calls.answered:
-            return Calls(calls.caller, calls.ids, calls.answered | {tid})
-        faults.append(PairingFault(i, tid, "orphan_result"))
-        return calls
-    faults += unanswered(calls)
-    ids = tuple(c.get("id") for c in tool_calls(m))
-    if not ids and m.get("role") == "tool":
-        faults.append(PairingFault(i, m.get("tool_call_id"), "orphan_result"))
-    return Calls(i, ids) if ids else None
-
-
-def unanswered(calls: Calls | None) -> list[PairingFault]:
-    """The faults of a group once it is closed: its calls no tool message answered."""
-    if calls is None:
-        return []
-    return [
-        PairingFault(calls.caller, t, "unanswered_call")
-        for t in calls.ids
-        if t not in calls.answered
-    ]
+    i, n = 0, len(messages)
+    while i < n:
+        ids = [c.get("id") for c in tool_calls(messages[i])]
+        if not ids:
+            if messages[i].get("role") == "tool":
+                faults.append(PairingFault(i, messages[i].get("tool_call_id"), "orphan_result"))
+            i += 1
+            continue
+        caller, i, answered = i, i + 1, set()
+        while i < n and messages[i].get("role") == "tool":
+            tid = messages[i].get("tool_call_id")
+            if tid in ids and tid not in answered:
+                answered.add(tid)
+            else:
+                faults.append(PairingFault(i, tid, "orphan_result"))
+            i += 1
+        faults += [PairingFault(caller, t, "unanswered_call") for t in ids if t not in answered]
+    return faults
 
 
 def pairing_problems(messages: Sequence[Message]) -> Counter[str]:

@@ -134,13 +134,13 @@ def request_scope() -> Iterator[None]:
         held.clear()  # an idle worker thread may keep the last context it ran in
 
 
-@dataclass(frozen=True)
 class Encoded:
     """Messages with the JSON bytes this request already made of them: what an encoder writes
-    for them (`as_json`), so that a long history is not encoded twice."""
+    for them (`as_json`), so that a long history is not encoded twice. Not a dataclass: orjson
+    would write its fields rather than ask `as_json`."""
 
-    messages: Sequence[Message]
-    data: bytes
+    def __init__(self, messages: Sequence[Message], data: bytes) -> None:
+        self.messages, self.data = messages, data
 
 
 def encoded(messages: Sequence[Message], sent: Sequence[Message]) -> Sequence[Message] | Encoded:

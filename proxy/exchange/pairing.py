@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from proxy.errors import BadRequest
-from strategies import invariants
-from strategies.invariants import Calls, PairingFault, pairing_step, unanswered
+from strategies.invariants import PairingFault, pairing_faults
 from strategies.prefix import PrefixMemo
 from strategies.repair import repair_pairing
 
-# After each message of a history seen before: the tool-call group left open, or FAULTY from a
-# certain fault on. A turn steps only through the messages after the longest such prefix; a
-# history with a fault anywhere is scanned whole, so that every fault is reported.
-FAULTY = "faulty"
-_SCANNED: PrefixMemo[Calls | None | str] = PrefixMemo("pairing.scanned", value_bytes=60)
+# After each message of a history seen before: whether its scan up to there was certainly
+# clean (no fault so far). A turn then scans only from the tool-call group open at the end of
+# the longest such prefix; False (a fault somewhere) is only ever a reason to scan it all.
+_CLEAN: PrefixMemo[bool] = PrefixMemo("pairing.clean", value_bytes=8)
 
 
 class InvalidToolPairing(BadRequest):
@@ -46,7 +45,7 @@ def apply_policy(body: dict[str, Any], policy: str) -> dict[str, Any]:
     """The body to compile and forward: `body` itself, or a copy with repaired messages."""
     if policy == "pass":
         return body
-    faults = pairing_faults(body["messages"])
+    faults = faults_of(body["messages"])
     if not faults:
         return body
     if policy == "repair":
@@ -54,21 +53,34 @@ def apply_policy(body: dict[str, Any], policy: str) -> dict[str, Any]:
     raise InvalidToolPairing(faults[0], len(faults))
 
 
-def pairing_faults(messages: list[Any]) -> list[PairingFault]:
-    """invariants.pairing_faults, stepping only through what a resent history adds."""
+def faults_of(messages: list[Any]) -> list[PairingFault]:
+    """pairing_faults(messages), for a resent history from the group its clean prefix left
+    open: the same faults, in the same order."""
+    found: list[list[PairingFault]] = []
 
-    def scan(known: list[Calls | None | str]) -> list[Calls | None | str]:
-        calls = known[-1] if known else None
-        out = []
-        for i in range(len(known), len(messages)):
-            if not isinstance(calls, str):
-                found: list[PairingFault] = []
-                calls = pairing_step(messages[i], i, calls, found)
-                calls = FAULTY if found else calls
-            out.append(calls)
-        return out
+    def scan(known: list[bool]) -> list[bool]:
+        start = _group_start(messages, len(known)) if known and known[-1] else 0
+        found.append(_from(messages, start))
+        return [not found[0]] * (len(messages) - len(known))  # certain only when clean
 
-    last = _SCANNED.values(messages, scan)[-1] if messages else None
-    if isinstance(last, str):
-        return invariants.pairing_faults(messages)
-    return unanswered(last)
+    clean = _CLEAN.values(messages, scan)
+    if found:  # scanned from where its prefix was clean
+        return found[0]
+    if clean and clean[-1]:  # resent as it was: only its last group can still fault
+        return _from(messages, _group_start(messages, len(messages)))
+    return pairing_faults(messages)
+
+
+def _group_start(messages: list[Any], end: int) -> int:
+    """Where the tool-call group open after messages[:end] starts (its assistant message), or
+    the last message: a scan from there, with nothing open, goes on as the whole scan would."""
+    start = end
+    while start > 0 and messages[start - 1].get("role") == "tool":
+        start -= 1
+    return max(start - 1, 0)
+
+
+def _from(messages: list[Any], start: int) -> list[PairingFault]:
+    """The faults of messages[start:], after a clean prefix, at their places in `messages`."""
+    faults = pairing_faults(messages[start:])
+    return [dataclasses.replace(f, index=f.index + start) for f in faults] if start else faults

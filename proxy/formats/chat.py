@@ -191,18 +191,16 @@ def _plainly_valid(data: dict[str, Any]) -> bool:
     return _plain_messages(messages)
 
 
-# After each message of a history seen before: whether it and all before it are plainly valid.
-# A resent history checks only the messages after the longest such prefix.
+# After each message of a history seen before: whether it and all before it are plainly valid
+# (False: not known to be). A resent history checks only the messages after the longest such
+# prefix.
 _PLAIN: PrefixMemo[bool] = PrefixMemo("chat.plain", value_bytes=8)
 
 
 def _plain_messages(messages: list[Any]) -> bool:
     def check(known: list[bool]) -> list[bool]:
-        ok, out = not known or known[-1], []
-        for m in messages[len(known) :]:
-            ok = ok and _plain_message(m)
-            out.append(ok)
-        return out
+        tail = messages[len(known) :]
+        return [(not known or known[-1]) and all(map(_plain_message, tail))] * len(tail)
 
     return _PLAIN.values(messages, check)[-1]
 

@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.errors import BadRequest
-from proxy.exchange.pairing import InvalidToolPairing, apply_policy, pairing_faults
+from proxy.exchange.pairing import InvalidToolPairing, apply_policy, faults_of
 from proxy.formats.chat import chat_head
 from proxy.upstream.send import encode_json
 from strategies import invariants
-from strategies.prefix import dumped, encoded, request_scope
+from strategies.prefix import as_json, dumped, encoded, request_scope
 
 
 def call(ids: str) -> dict[str, Any]:
@@ -48,13 +48,13 @@ def test_pairing_faults_of_a_resent_history_are_a_fresh_scans(
     history: list[dict[str, Any]] = [user(f"task {salt}")]
     for more in turns:
         history = [*history[: len(history) * 2 // 3], *more]  # grown, rewound or edited
-        assert pairing_faults(history) == invariants.pairing_faults(history)
+        assert faults_of(history) == invariants.pairing_faults(history)
 
 
 def test_a_call_left_open_last_turn_is_answered_this_turn() -> None:
     first = [user("task open"), call("xy"), result("x")]
-    assert [f.kind for f in pairing_faults(first)] == ["unanswered_call"]
-    assert pairing_faults([*first, result("y"), user("next")]) == []
+    assert [f.kind for f in faults_of(first)] == ["unanswered_call"]
+    assert faults_of([*first, result("y"), user("next")]) == []
 
 
 def test_an_old_message_changed_is_refused_where_it_is() -> None:
@@ -82,8 +82,10 @@ def test_a_view_left_as_it_came_goes_as_the_same_bytes() -> None:
     with request_scope():
         dumped(messages)
         view = list(messages)  # a new list of the same messages, as a compile makes it
-        sent = encode_json({**body, "messages": encoded(view, messages)})
-        assert sent == orjson.dumps(body)
+        outgoing = {**body, "messages": encoded(view, messages)}
+        assert encode_json(outgoing) == orjson.dumps(body)
+        # by orjson, from the bytes made already (the standard encoder's fallback is slow)
+        assert orjson.dumps(outgoing, default=as_json) == orjson.dumps(body)
         changed = [messages[0], {**messages[1], "content": "folded"}]
         assert encoded(changed, messages) is changed
         # A field orjson refuses: the standard encoder writes the whole body, messages too.
