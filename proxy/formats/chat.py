@@ -195,9 +195,13 @@ def _plainly_valid(data: dict[str, Any]) -> bool:
 # (False: not known to be). A resent history checks only the messages after the longest such
 # prefix.
 _PLAIN: PrefixMemo[bool] = PrefixMemo("chat.plain", value_bytes=8)
+MEMO_FROM = 64  # messages: a shorter history is checked for less than the memo's lookup costs
 
 
 def _plain_messages(messages: list[Any]) -> bool:
+    if len(messages) < MEMO_FROM:
+        return all(map(_plain_message, messages))
+
     def check(known: list[bool]) -> list[bool]:
         tail = messages[len(known) :]
         return [(not known or known[-1]) and all(map(_plain_message, tail))] * len(tail)

@@ -34,6 +34,10 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
+# Long enough that the checks keep what they found (MEMO_FROM messages).
+EARLIER = [m for i in range(40) for m in (user(f"q {i}"), {"role": "assistant", "content": "a"})]
+
+
 MESSAGES = st.one_of(
     st.builds(call, st.text("abc", max_size=3)),
     st.builds(result, st.sampled_from("abcd")),
@@ -45,20 +49,21 @@ MESSAGES = st.one_of(
 def test_pairing_faults_of_a_resent_history_are_a_fresh_scans(
     turns: list[list[dict[str, Any]]], salt: int
 ) -> None:
-    history: list[dict[str, Any]] = [user(f"task {salt}")]
+    history: list[dict[str, Any]] = [user(f"task {salt}"), *EARLIER]
     for more in turns:
-        history = [*history[: len(history) * 2 // 3], *more]  # grown, rewound or edited
+        kept = max(len(history) * 2 // 3, len(EARLIER) + 1)
+        history = [*history[:kept], *more]  # grown, rewound or edited
         assert faults_of(history) == invariants.pairing_faults(history)
 
 
 def test_a_call_left_open_last_turn_is_answered_this_turn() -> None:
-    first = [user("task open"), call("xy"), result("x")]
-    assert [f.kind for f in faults_of(first)] == ["unanswered_call"]
+    first = [user("task open"), *EARLIER, call("xy"), result("x")]
+    assert [(f.index, f.kind) for f in faults_of(first)] == [(81, "unanswered_call")]
     assert faults_of([*first, result("y"), user("next")]) == []
 
 
 def test_an_old_message_changed_is_refused_where_it_is() -> None:
-    history = [user("task old"), call("a"), result("a"), user("more"), call("b"), result("b")]
+    history = [user("task old"), call("a"), result("a"), *EARLIER, call("b"), result("b")]
     body = {"model": "m", "messages": history}
     assert apply_policy(body, "reject") is body
     edited = [*history[:2], result("z"), *history[3:], user("next")]
@@ -68,7 +73,7 @@ def test_an_old_message_changed_is_refused_where_it_is() -> None:
 
 
 def test_an_old_message_made_invalid_is_refused_though_its_history_was_valid() -> None:
-    history = [user(f"line {i}") for i in range(30)]
+    history = [user(f"line {i}") for i in range(80)]
     assert chat_head({"model": "m", "messages": history}).model == "m"
     bad = [*history[:5], {"role": "user", "content": 5}, *history[6:], user("next")]
     with pytest.raises(BadRequest) as caught:
