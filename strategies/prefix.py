@@ -156,8 +156,7 @@ def encoded(messages: Sequence[Message], sent: Sequence[Message]) -> Sequence[Me
 
 
 def as_json(value: Any) -> Any:
-    """An encoder's `default` for Encoded: orjson writes its bytes (orjson.Fragment), the
-    standard encoder its messages."""
+    """orjson's `default` for Encoded: its bytes, written as they are (orjson.Fragment)."""
     if isinstance(value, Encoded):
         return orjson.Fragment(value.data)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
