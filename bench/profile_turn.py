@@ -101,11 +101,11 @@ def inline_threadpool() -> None:
     async def inline(func: Any, *args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
 
-    import proxy.exchange.steps as ex
+    import proxy.exchange.steps  # noqa: F401  (loaded, so that it is patched below)
 
-    lifecycle = sys.modules.get("proxy.exchange.lifecycle")
-    for mod in (ex, lifecycle, sys.modules.get("proxy.http.deps")):
-        if mod is not None and hasattr(mod, "run_in_threadpool"):
+    # Every stage module that hops to a thread (the checks of a long history in prepare too).
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("proxy.") and hasattr(mod, "run_in_threadpool"):
             mod.run_in_threadpool = inline
 
 

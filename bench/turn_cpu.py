@@ -4,7 +4,8 @@ back to back on one connection; the server process's CPU time (all its threads) 
 in the best block (other load only adds to it) and the median one, and the wall-clock p50
 beside it. Blocks alternate between the targets.
 
-python -m bench.turn_cpu [--before DIR] [--profiles claude codex 8k tiny] [--requests 300]
+python -m bench.turn_cpu [--before DIR] [--requests 300]
+       [--profiles claude codex 8k tiny growth-20 growth-2000]   # growth-*: not by default
        [--spy claude]   # also sample ctxproxy with py-spy (pip install py-spy) during that profile
 """
 
@@ -23,13 +24,15 @@ import psutil
 from bench import histories, loadgen, overhead_agents, spawn, tabulate
 from bench import overhead as o
 
-PROFILES = ("claude", "codex", "8k", "tiny")
+PROFILES = ("claude", "codex", "8k", "tiny", "growth-20", "growth-2000")
+# Issue 31's growth figure: the overhead benchmark's session at its first and last size.
+GROWTH = {"growth-20": (20, 2_085), "growth-2000": (2_000, 214_000)}
 Spans = dict[str, list[float]]
 
 
 def workload(profile: str) -> tuple[Any, str]:
-    if profile in ("8k", "tiny"):
-        messages, tokens = (o.SIZES | o.TINY)[profile]
+    if profile in ("8k", "tiny", *GROWTH):
+        messages, tokens = (o.SIZES | o.TINY | GROWTH)[profile]
         load = o.Workload("continuing", histories.history_for_tokens(messages, tokens))
         return load, "/v1/chat/completions"
     return overhead_agents.AgentLoad(profile), overhead_agents.agents.PATHS[profile]
@@ -74,7 +77,7 @@ def spy(pid: int, seconds: float, out: Path) -> subprocess.Popen:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.turn_cpu", description=__doc__)
     ap.add_argument("--before", type=Path, help="an older tree to run beside (as-is)")
-    ap.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
+    ap.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES[:4]))
     ap.add_argument("--requests", type=int, default=100, help="per block")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--spy", choices=PROFILES, help="py-spy ctxproxy during this profile")

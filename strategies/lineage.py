@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import compress
 
 from strategies.messages import Message, iterations
 
@@ -56,8 +57,11 @@ class Lineage:
 
     def positions(self, view: Sequence[Message]) -> list[int | None]:
         """index(m) for each raw message of `view`, None for a compiled form."""
-        index, forms = self._index, self._origin
-        return [None if i in forms else index[i] for i in map(id, view)]
+        ids = list(map(id, view))
+        out: list[int | None] = list(map(self._index.get, ids))  # at C speed: forms are few
+        for k in compress(range(len(ids)), map(self._origin.__contains__, ids)):
+            out[k] = None
+        return out
 
     def label(self, msg: Message) -> str | None:
         """Which strategy pass made this form, None for a raw message."""

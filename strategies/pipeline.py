@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
+from itertools import compress, repeat
 from typing import Any
 
 from strategies import invariants
@@ -125,10 +126,11 @@ def compile_view(
 def fixed_tokens(messages: Sequence[Message], count: Callable[[Message], int]) -> int:
     """Raw tokens of what no step before the last resort changes: the system and developer
     prompts and the task (the first user message)."""
-    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
-    return sum(
-        count(m) for i, m in enumerate(messages) if m.get("role") in PROMPT_ROLES or i == first_user
-    )
+    roles = list(map(dict.get, messages, repeat("role")))  # at C speed: prompts are few
+    fixed = set(compress(range(len(roles)), map(PROMPT_ROLES.__contains__, roles)))
+    if "user" in roles:
+        fixed.add(roles.index("user"))
+    return sum(count(messages[i]) for i in fixed)
 
 
 def merge(events: Sequence[CompactionEvent]) -> list[CompactionEvent]:

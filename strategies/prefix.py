@@ -16,7 +16,8 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from operator import is_
+from typing import Any, Generic, TypeVar
 
 import orjson
 
@@ -86,7 +87,7 @@ class PrefixMemo(Generic[V]):
                 continue
             end = found.ends[key]
             if len(data) > end and data[end] in (COMMA, BRACKET):
-                if data.startswith(found.data[:end]):
+                if data.startswith(memoryview(found.data)[:end]):  # without a copy
                     whole = key[0] == len(found.values)
                     return found.values[: key[0]], at if whole else None
         return [], None
@@ -131,6 +132,41 @@ def request_scope() -> Iterator[None]:
     finally:
         _DUMPS.reset(token)
         held.clear()  # an idle worker thread may keep the last context it ran in
+
+
+class Encoded:
+    """Messages with the JSON bytes this request already made of them: what an encoder writes
+    for them (`as_json`), so that a long history is not encoded twice. Not a dataclass: orjson
+    would write its fields rather than ask `as_json`."""
+
+    def __init__(self, messages: Sequence[Message], data: bytes) -> None:
+        self.messages, self.data = messages, data
+
+
+def encoded(messages: Sequence[Message], sent: Sequence[Message]) -> Sequence[Message] | Encoded:
+    """`messages` to encode: Encoded when they are the very messages of `sent`, a list this
+    request dumped already (a view that left a history as it came); else `messages`."""
+    held = _DUMPS.get()
+    if held is None or len(messages) != len(sent) or not all(map(is_, messages, sent)):
+        return messages
+    for seen, n, data in list(held):
+        if seen is sent and n == len(sent):
+            return Encoded(messages, data)
+    return messages
+
+
+def as_json(value: Any) -> Any:
+    """orjson's `default` for Encoded: its bytes, written as they are (orjson.Fragment)."""
+    if isinstance(value, Encoded):
+        return orjson.Fragment(value.data)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def as_data(value: Any) -> Any:
+    """The standard encoder's `default` for Encoded: its messages."""
+    if isinstance(value, Encoded):
+        return list(value.messages)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def dumped(messages: Sequence[Message]) -> bytes:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import is_
 
 from strategies.events import CompactionEvent
 from strategies.lineage import Lineage
@@ -49,17 +51,12 @@ class ViewState:
         view_tokens: int,
         original_tokens: int,
     ) -> ViewState:
-        positions = lineage.positions(view)  # at C speed; forms are few
-        if None in positions:
-            items = tuple(
-                i if i is not None else _form(m, lineage)
-                for m, i in zip(view, positions, strict=True)
-            )
-        else:  # nothing compacted
-            items = tuple(positions)  # type: ignore[arg-type]
+        found: list[Item | None] = list(lineage.positions(view))  # at C speed
+        for k in compress(range(len(found)), map(is_, found, repeat(None))):  # forms are few
+            found[k] = _form(view[k], lineage)
         return cls(
             covered,
-            items,
+            tuple(found),  # type: ignore[arg-type]
             runs(lineage.forgotten),
             tuple(carried),
             view_tokens,
@@ -69,16 +66,19 @@ class ViewState:
     def restore(self, messages: Sequence[Message], lineage: Lineage) -> list[Message]:
         """The view of messages[:covered], its forms registered in the lineage."""
         lineage.forget(i for a, b in self.forgotten for i in range(a, b))
-        if all(type(i) is int for i in self.items):  # nothing compacted
-            return list(map(messages.__getitem__, self.items))  # type: ignore[arg-type]
+        items, at = self.items, 0
         view: list[Message] = []
-        for item in self.items:
-            if isinstance(item, int):
-                view.append(messages[item])
-            elif item.synthetic:
+        raw = messages.__getitem__
+        # Raw messages by runs at C speed, between the forms (few, however long the view).
+        for k in compress(range(len(items)), map(isinstance, items, repeat(Form))):
+            view += map(raw, items[at:k])  # type: ignore[arg-type]
+            item: Form = items[k]  # type: ignore[assignment]
+            if item.synthetic:
                 view.append(lineage.synthesize(item.message, item.index, item.label))
             else:
                 view.append(lineage.derive(item.message, messages[item.index], item.label))
+            at = k + 1
+        view += map(raw, items[at:])  # type: ignore[arg-type]
         return view
 
     def fits(self, messages: Sequence[Message]) -> bool:

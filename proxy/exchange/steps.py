@@ -41,6 +41,7 @@ from proxy.store.request import NewRequest
 from proxy.store.states import Decisions, Prior
 from proxy.upstream import send as up
 from proxy.upstream.overflow import Overflow
+from strategies.prefix import encoded
 
 if TYPE_CHECKING:  # both import this module
     from proxy.services import Services
@@ -254,7 +255,8 @@ class Exchange:
     async def forward(
         self, upstream: Upstream, body: dict[str, Any], compiled: Compiled
     ) -> httpx.Response:
-        outgoing = {**body, "messages": compiled.messages}
+        # A view that is the request's messages as they came goes as the bytes already made.
+        outgoing = {**body, "messages": encoded(compiled.messages, body["messages"])}
         try:  # the answer is read by the route, within max_response_bytes
             return await up.ask(
                 self.services.client,

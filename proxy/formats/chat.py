@@ -11,6 +11,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from proxy.errors import BadRequest
+from strategies.prefix import PrefixMemo
 
 
 class _Open(BaseModel):
@@ -187,7 +188,25 @@ def _plainly_valid(data: dict[str, Any]) -> bool:
     tools = data.get("tools")
     if tools is not None and not all(type(t) is dict for t in tools):
         return False
-    return all(_plain_message(m) for m in messages)
+    return _plain_messages(messages)
+
+
+# After each message of a history seen before: whether it and all before it are plainly valid
+# (False: not known to be). A resent history checks only the messages after the longest such
+# prefix.
+_PLAIN: PrefixMemo[bool] = PrefixMemo("chat.plain", value_bytes=8)
+MEMO_FROM = 64  # messages: a shorter history is checked for less than the memo's lookup costs
+
+
+def _plain_messages(messages: list[Any]) -> bool:
+    if len(messages) < MEMO_FROM:
+        return all(map(_plain_message, messages))
+
+    def check(known: list[bool]) -> list[bool]:
+        tail = messages[len(known) :]
+        return [(not known or known[-1]) and all(map(_plain_message, tail))] * len(tail)
+
+    return _PLAIN.values(messages, check)[-1]
 
 
 NoneType = type(None)

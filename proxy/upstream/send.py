@@ -24,6 +24,7 @@ from proxy.errors import (
 from proxy.settings import Upstream
 from proxy.upstream.pools import UpstreamClient
 from proxy.upstream.transport import MalformedAnswer
+from strategies.prefix import as_data, as_json
 
 log = logging.getLogger("ctxproxy.upstream")
 
@@ -198,9 +199,11 @@ def encode_json(data: Any) -> bytes:
     """What httpx's `json=` sends (compact, UTF-8), made by orjson: several times faster on a
     long history. Integers past 64 bits and lone surrogates take the standard encoder."""
     try:
-        return orjson.dumps(data)
+        return orjson.dumps(data, default=as_json)
     except orjson.JSONEncodeError:
-        text = json_dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json_dumps(
+            data, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=as_data
+        )
         return text.encode("utf-8")
 
 
