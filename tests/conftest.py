@@ -8,12 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from proxy.settings import Settings
 from proxy.testing.scripted import Script
 from proxy.testing.servers import ServerThread, make_settings
 
 BROWSER_MISSING = "no Chromium and chromedriver here"
+
+# Property tests judge results, not speed: on a busy 2-core machine one example can take longer
+# than hypothesis's 200 ms default deadline, which then fails a correct test.
+hypothesis_settings.register_profile("ctxproxy", deadline=None)
+hypothesis_settings.load_profile("ctxproxy")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
