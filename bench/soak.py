@@ -133,7 +133,7 @@ def plot(result: dict[str, Any], out: Path) -> Path:
     ax.set_ylim(bottom=0)
     ax.set_title(
         f"{result['requests']:,} requests, {result['sessions']} sessions at once × "
-        f"{result['turns']} turns at a {result['window']:,}-token window: "
+        f"{result['turns']} turns at a {result['window']:,}-token window:\n"
         f"{result['second_half_growth_pct']:+.1f}% over the second half",
         fontsize=9,
     )
