@@ -38,7 +38,7 @@ from proxy.formats import anthropic
 from proxy.http import openapi
 from proxy.http.guard import HostGuard
 from proxy.http.hot import Hot
-from proxy.http.memory import ReturnMemory
+from proxy.http.memory import ReturnMemory, tune_malloc
 from proxy.http.plain import PlainRoute
 from proxy.observe.metrics import Metrics, RequestMetrics
 from proxy.services import Services
@@ -61,6 +61,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         # between its I/O; the event loop and other requests' threads get it back within
         # this interval (Python's default, 5 ms, queues a request for tens of ms behind it).
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        tune_malloc()
         caches.SHARED.resize(settings.cache_mb << 20)
         store = Store(settings.database_url)
         if await run_in_threadpool(store.needs_upgrade):

@@ -104,8 +104,7 @@ class Hot:
             name = route.path
             self.metrics.http_requests.labels("POST", name, str(status or 500)).inc()
             self.metrics.http_latency.labels("POST", name).observe(time.monotonic() - started)
-            if size >= self.memory.threshold:
-                self.memory.schedule()
+            self.memory.finished(size)
 
 
 def _huge(scope: Scope) -> bool:

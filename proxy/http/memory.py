@@ -5,6 +5,12 @@ glibc keeps what a large request freed in its heaps (and raises its mmap thresho
 block is freed, so the next big ones come from the heap too): without a trim, RSS stays at the
 peak of the largest request ever served. The trim runs on a worker thread a moment after the
 request (one for a burst of them), never on the request's own path.
+
+Ordinary traffic frees memory too, in holes the heap cannot give back from its top: in a soak
+of 6,400 turns the heap held 172 MB free beside 141 MB in use. So blocks of 128 KB and more are
+mapped on their own (the threshold fixed, as glibc's own default, instead of rising to 32 MB),
+and every 64 MB of request bodies the heaps are trimmed (no collection: a trim alone costs a
+few ms on a worker thread, without the GIL).
 """
 
 from __future__ import annotations
@@ -24,28 +30,38 @@ from strategies.prefix import request_scope
 
 log = logging.getLogger("ctxproxy")
 TRIM_BYTES = 2 << 20  # a request body at least this large is followed by a trim
+TRIM_EVERY = 64 << 20  # and so are this many bytes of bodies of any size, in all
+MMAP_BYTES = 128 << 10  # a block at least this large is mapped on its own, unmapped when freed
+M_MMAP_THRESHOLD = -3  # mallopt's parameter numbers (malloc.h)
 # A body declared at least this large (a 4M-token history, past any model's window) is handled
 # without filling the caches: it would evict every session's entries and pin memory after.
 TRANSIENT_BYTES = 16 << 20
 DELAY_S = 0.5  # after the last such request: a burst of them is followed by one trim
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
+def _glibc(name: str) -> Callable[..., int] | None:
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        trim: Callable[[int], int] = libc.malloc_trim  # glibc only
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        function: Callable[..., int] = getattr(libc, name)  # glibc only
     except (OSError, AttributeError):
         return None
-    return trim
+    return function
 
 
-_TRIM = _malloc_trim()
+_TRIM = _glibc("malloc_trim")
+_MALLOPT = _glibc("mallopt")
 
 
-def give_back() -> None:
+def tune_malloc() -> None:
+    """Large blocks mapped on their own (see the module); once, at start."""
+    if _MALLOPT is not None:
+        _MALLOPT(M_MMAP_THRESHOLD, MMAP_BYTES)
+
+
+def give_back(collect: bool = True) -> None:
     """Free what cycles still hold, then return the heaps' free pages to the system."""
-    gc.collect()
+    if collect:
+        gc.collect()
     if _TRIM is not None:
         _TRIM(0)
 
@@ -59,12 +75,13 @@ def content_length(scope: Scope) -> int:
 
 class ReturnMemory:
     """ASGI middleware: counts each request's body bytes; after one of TRIM_BYTES or more has
-    finished, schedules `give_back` on a worker thread."""
+    finished, schedules `give_back` on a worker thread, and a trim alone every TRIM_EVERY."""
 
     def __init__(self, app: ASGIApp, threshold: int = TRIM_BYTES) -> None:
         self.app, self.threshold = app, threshold
         self._pending: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
+        self._since = 0  # body bytes since the last trim
         self.trims = 0  # done so far: for tests and /stats
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -84,8 +101,16 @@ class ReturnMemory:
             with request_scope(), transient() if declared >= TRANSIENT_BYTES else nullcontext():
                 await self.app(scope, counting, send)
         finally:
-            if size >= self.threshold:
-                self.schedule()
+            self.finished(size)
+
+    def finished(self, size: int) -> None:
+        """A request's body of `size` bytes is done with: a trim after a huge one (and a
+        collection), a trim alone every TRIM_EVERY bytes of bodies."""
+        self._since += size
+        if size >= self.threshold:
+            self.schedule()
+        elif self._since >= TRIM_EVERY and self._pending is None:
+            self._start(collect=False)
 
     def schedule(self) -> None:
         """A trim DELAY_S from now (the one already scheduled moves there)."""
@@ -94,14 +119,15 @@ class ReturnMemory:
         loop = asyncio.get_running_loop()
         self._pending = loop.call_later(DELAY_S, self._start)
 
-    def _start(self) -> None:
+    def _start(self, collect: bool = True) -> None:
         self._pending = None
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._trim())
+            self._since = 0
+            self._task = asyncio.get_running_loop().create_task(self._trim(collect))
 
-    async def _trim(self) -> None:
+    async def _trim(self, collect: bool) -> None:
         try:
-            await asyncio.to_thread(give_back)
+            await asyncio.to_thread(give_back, collect)
         except Exception:  # never an error for a request: only memory not given back
             log.exception("giving memory back failed")
         self.trims += 1

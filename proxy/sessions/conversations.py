@@ -23,25 +23,33 @@ session's whole latest history, answers included, is told its id.
 
 Everything is scoped by the client key. The index is per process, of the most recent sessions,
 and rebuilt as requests arrive: after a restart, or on another worker, such a request opens a
-session of its own as before.
+session of its own as before. Each session's lines are charged to the shared cache budget
+(`cache_mb`): when it needs room, the least recently used session's lines go, as any cache's.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
 from typing import Any, NamedTuple
 
 from proxy.sessions.identify import SessionKey
+from strategies.budget import SHARED, CacheBudget
 from strategies.prefix import PrefixMemo
 
 MIN_LINE = 24  # shorter lines ("# USER", "Ok.") say nothing about which conversation it is
 QUOTED = 0.5  # share of a side request's text that must be lines of the one conversation
 MIN_QUOTED = 64  # characters at least, so a short new chat never joins an older one
 SESSIONS = 256  # recent fingerprint sessions remembered per process
-LINES = 2_000  # lines remembered per session (the newest): ~0.7 MB a session at most
+LINES = 2_000  # lines remembered per session (the newest): ~0.3 MB a session at most
+# What the index holds per line and per message, charged to the budget (tracemalloc over 32
+# sessions of 2,000 lines: 172 bytes a line, messages included; a line's one holder is kept as
+# the session's id rather than a set, which took ~380 bytes a line).
+LINE_BYTES = 165
+MESSAGE_BYTES = 80
 # A continuation that resends less than two whole exchanges must also share a line of its first
 # user message with the session's: one recorded answer alone (a canned refusal) is no proof.
 SHORT_HISTORY = 3
@@ -64,19 +72,27 @@ class History:
 class Conversations:
     """Recent fingerprint sessions: their histories, and the lines of their messages."""
 
-    def __init__(self, sessions: int = SESSIONS, lines: int = LINES) -> None:
+    def __init__(
+        self, sessions: int = SESSIONS, lines: int = LINES, budget: CacheBudget | None = None
+    ) -> None:
         self.max_sessions, self.max_lines = sessions, lines
         # session -> its line hashes, oldest first
         self.lines: OrderedDict[str, OrderedDict[int, None]] = OrderedDict()
         self.seen: dict[str, set[int]] = {}  # session -> its messages, hashed (`_identity`)
-        self.where: dict[int, set[str]] = {}  # line hash -> sessions holding it
+        # line hash -> the session holding it, or the sessions (a set) when several do
+        self.where: dict[int, str | set[str]] = {}
         self.histories: dict[str, History] = {}
         self.continues: OrderedDict[str, str] = OrderedDict()  # fingerprint -> its session
+        # Each session's index charged to the budget; what it evicts (on whichever thread
+        # needed the room) is forgotten here by the next call, on this index's own thread.
+        self._charged = (budget or SHARED).cache("conversations.lines", self._evicted)
+        self._evicted_sessions: list[str] = []
 
     def place(self, key: SessionKey, body: dict[str, Any]) -> SessionKey:
         """`key`, or the session this request continues or is about; the request is indexed."""
         if key.source != "fingerprint":
             return key
+        self._settle()
         messages, read = reading(body)
         said = list(filter(None, map(_SAID, read)))  # at C speed: prompts' are None
         home = self.continues.get(key.id)
@@ -90,8 +106,10 @@ class Conversations:
                 self._remember(key.id, home)
         if home is not None and home in self.lines:
             self._index(home, read, said)
+            self._charge(home)
             return SessionKey(home, "continued", key.owner)
         self._index(key.id, read, said)
+        self._charge(key.id)
         return key
 
     def answered(
@@ -99,10 +117,12 @@ class Conversations:
     ) -> None:
         """The answer to a request of `session`: side requests quote it, a continuation
         resends it after the history it answered."""
+        self._settle()
         if session not in self.lines or not isinstance(answer, dict):
             return
         identity, text = _identity(answer)
         self._add_text(session, identity, text)
+        self._charge(session)
         history = self.histories.get(session)
         # Only the answer to the session's latest request extends its history (not a side
         # request's, placed in the same session, nor an earlier request's answered late).
@@ -143,7 +163,8 @@ class Conversations:
         total = sum(len(line) for line in lines) or 1
         quoted: dict[str, int] = {}
         for line in dict.fromkeys(lines):
-            for session in self.where.get(hash(line), ()):
+            holders = self.where.get(hash(line), ())
+            for session in (holders,) if isinstance(holders, str) else holders:
                 quoted[session] = quoted.get(session, 0) + len(line)
         mine = {s: n for s, n in quoted.items() if _owned(s, owner)}
         best = max(mine, key=mine.__getitem__, default=None)
@@ -196,13 +217,37 @@ class Conversations:
             if h in lines:
                 continue
             lines[h] = None
-            self.where.setdefault(h, set()).add(session)
+            holders = self.where.setdefault(h, session)
+            if holders != session:  # a second holder: a set
+                if isinstance(holders, str):
+                    self.where[h] = {holders, session}
+                else:
+                    holders.add(session)
             if len(lines) > self.max_lines:  # the oldest line goes
                 oldest, _ = lines.popitem(last=False)
                 self._drop(session, oldest)
 
+    def _charge(self, session: str) -> None:
+        """Charge the session's index to the budget; what the budget will not keep (no room
+        configured, a request too large to be a working set) is not kept here either."""
+        size = LINE_BYTES * len(self.lines[session]) + MESSAGE_BYTES * len(self.seen[session])
+        if not self._charged.put(session, None, size):
+            self._forget(session)
+        self._settle()  # the room it took
+
+    def _evicted(self, session: Hashable, _: Any) -> None:
+        self._evicted_sessions.append(str(session))  # list.append: safe from any thread
+
+    def _settle(self) -> None:
+        """Forget the sessions the budget evicted since the last call."""
+        while self._evicted_sessions:
+            session = self._evicted_sessions.pop()
+            if session not in self._charged:  # not charged again since
+                self._forget(session)
+
     def _forget(self, session: str) -> None:
-        for h in self.lines.pop(session):
+        self._charged.pop(session)
+        for h in self.lines.pop(session, ()):
             self._drop(session, h)
         self.seen.pop(session, None)
         self.histories.pop(session, None)
@@ -211,10 +256,15 @@ class Conversations:
 
     def _drop(self, session: str, h: int) -> None:
         holders = self.where.get(h)
-        if holders is not None:
-            holders.discard(session)
-            if not holders:
+        if holders is None:
+            return
+        if isinstance(holders, str):
+            if holders == session:
                 del self.where[h]
+            return
+        holders.discard(session)
+        if len(holders) == 1:
+            self.where[h] = holders.pop()
 
 
 def told(key: SessionKey) -> dict[str, str]:

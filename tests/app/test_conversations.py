@@ -13,6 +13,7 @@ from proxy.sessions.conversations import Conversations
 from proxy.sessions.identify import SessionKey, identify
 from proxy.testing.scripted import Script
 from proxy.testing.servers import ServerThread
+from strategies.budget import CacheBudget
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "aider_0.86.2_requests.json"
 AIDER = json.loads(FIXTURE.read_text())["requests"]
@@ -20,6 +21,12 @@ AIDER_ONCE = json.loads((FIXTURE.parent / "aider_0.86.2_one_exchange.json").read
 QWEN_CONTINUED = json.loads((FIXTURE.parent / "qwen_code_0.24.4_continued.json").read_text())
 TASK = "Fix the failing test in the parser module, it raises on empty input."
 ANSWER = "The parser indexes tokens[0] before checking that there are any tokens at all."
+
+
+def fresh(sessions: int = 256, budget: CacheBudget | None = None) -> Conversations:
+    """An index on its own budget: the process's shared one is sized by whichever app started
+    last in this test run."""
+    return Conversations(sessions=sessions, budget=budget or CacheBudget())
 
 
 def place(c: Conversations, body: dict[str, Any], owner: str | None = None) -> SessionKey:
@@ -35,7 +42,7 @@ def chat(system: str, *turns: str, tools: list | None = None) -> dict[str, Any]:
 
 
 def test_aider_two_runs_and_its_history_summary_are_one_session() -> None:
-    c = Conversations()
+    c = fresh()
     keys = [place(c, body) for body in AIDER]
     summary = next(i for i, b in enumerate(AIDER) if "summarize" in b["messages"][0]["content"])
     assert identify(None, None, AIDER[summary]).id != keys[0].id  # a fingerprint of its own
@@ -44,14 +51,14 @@ def test_aider_two_runs_and_its_history_summary_are_one_session() -> None:
 
 
 def test_a_title_request_quoting_the_task_joins_it() -> None:
-    c = Conversations()
+    c = fresh()
     main = place(c, chat("You are a coding agent.", TASK, ANSWER, "go on", tools=[{"t": 1}]))
     title = chat("Write a five-word title for this conversation.", TASK)
     assert place(c, title).id == main.id
 
 
 def test_a_new_conversation_that_quotes_nothing_opens_its_own_session() -> None:
-    c = Conversations()
+    c = fresh()
     main = place(c, chat("You are a coding agent.", TASK, ANSWER))
     other = place(c, chat("Write a five-word title.", "Refactor the HTTP client to use a pool."))
     short = place(c, chat("You are a coding agent.", "hi"))
@@ -59,7 +66,7 @@ def test_a_new_conversation_that_quotes_nothing_opens_its_own_session() -> None:
 
 
 def test_an_agent_with_tools_that_only_quotes_or_names_its_session_is_never_moved() -> None:
-    c = Conversations()
+    c = fresh()
     main = place(c, chat("You are a coding agent.", TASK, ANSWER))
     quoting = f"Look at this.\n{TASK}\n{ANSWER}"  # mostly its lines, but a new first message
     with_tools = chat("Another agent.", quoting, tools=[{"type": "function"}])
@@ -69,7 +76,7 @@ def test_an_agent_with_tools_that_only_quotes_or_names_its_session_is_never_move
 
 
 def test_a_side_request_joins_only_a_session_of_its_own_client_key() -> None:
-    c = Conversations()
+    c = fresh()
     main = place(c, chat("You are a coding agent.", TASK, ANSWER), owner="kA")
     title = chat("Write a title.", TASK)
     assert place(c, title, owner="kB").id.startswith("kB:")
@@ -77,12 +84,30 @@ def test_a_side_request_joins_only_a_session_of_its_own_client_key() -> None:
 
 
 def test_the_oldest_sessions_are_forgotten() -> None:
-    c = Conversations(sessions=2)
+    c = fresh(sessions=2)
     place(c, chat("You are a coding agent.", TASK, ANSWER))
     for n in range(2):
         place(c, chat("You are a coding agent.", f"Another task number {n} for the agent here."))
     title = chat("Write a title.", TASK)
     assert place(c, title).source == "fingerprint" and not c.where.get(hash(ANSWER))
+
+
+def test_the_lines_share_the_cache_budget_and_the_least_recent_session_goes() -> None:
+    budget = CacheBudget(64 << 10)  # room for a few sessions of ~40 lines
+    c = fresh(budget=budget)
+    lines = "\n".join(f"{TASK} step {n}" for n in range(40))
+    first = place(c, chat("You are a coding agent.", TASK, lines))
+    summary = chat("Summarize the conversation.", lines)
+    assert place(c, summary) == SessionKey(first.id, "side")
+    for n in range(20):  # newer sessions, each of its own 40 lines
+        other = "\n".join(f"Another task number {n}, line {k} of it." for k in range(40))
+        place(c, chat("You are a coding agent.", other))
+    report = budget.report()
+    held = report["caches"]["conversations.lines"]
+    assert 0 < held["bytes"] == report["used_bytes"] <= 64 << 10
+    assert 0 < held["entries"] == len(c.lines) < 21
+    assert first.id not in c.lines and not c.where.get(hash(f"{TASK} step 0"))
+    assert place(c, summary).source == "fingerprint"  # nothing left to quote
 
 
 def test_aider_through_the_proxy_is_one_session(proxy: ServerThread, script: Script) -> None:
@@ -100,14 +125,14 @@ def test_qwen_code_memory_subagent_joins_the_run_it_remembers() -> None:
     """Its own system prompt and tools, and the run's conversation resent as messages."""
     fixture = FIXTURE.parent / "qwen_code_0.24.4_requests.json"
     run, memory = json.loads(fixture.read_text())["requests"]
-    c = Conversations()
+    c = fresh()
     main = place(c, run)
     assert identify(None, None, memory).id != main.id and memory["tools"]
     assert place(c, memory) == SessionKey(main.id, "side")
 
 
 def test_a_new_run_with_another_task_is_not_a_continuation() -> None:
-    c = Conversations()
+    c = fresh()
     long_task = TASK + " Keep the public API as it is and add a regression test for it."
     main = place(c, chat("You are a coding agent.", long_task, ANSWER, tools=[{"t": 1}]))
     other = chat("Another agent's prompt.", long_task.replace("parser", "lexer"), tools=[{"t": 1}])
@@ -117,7 +142,7 @@ def test_a_new_run_with_another_task_is_not_a_continuation() -> None:
 def test_aider_summary_after_one_exchange_joins_it_by_the_recorded_answer() -> None:
     """Most of the summary quotes the model's answer, which no request has held yet."""
     run, summary = AIDER_ONCE["requests"]
-    c = Conversations()
+    c = fresh()
     main = place(c, run)
     c.answered(main.id, run["messages"], AIDER_ONCE["answer"])
     assert identify(None, None, summary).id != main.id
@@ -126,7 +151,7 @@ def test_aider_summary_after_one_exchange_joins_it_by_the_recorded_answer() -> N
 
 def test_aider_summary_without_the_answer_recorded_is_not_enough() -> None:
     run, summary = AIDER_ONCE["requests"]
-    c = Conversations()
+    c = fresh()
     place(c, run)
     assert place(c, summary).source == "fingerprint"
 
@@ -134,7 +159,7 @@ def test_aider_summary_without_the_answer_recorded_is_not_enough() -> None:
 def test_qwen_code_continued_run_stays_in_its_session() -> None:
     """`qwen -c` rebuilds its first message (the directory tree changed) and resends the rest."""
     run, continued = QWEN_CONTINUED["requests"]
-    c = Conversations()
+    c = fresh()
     main = place(c, run)
     c.answered(main.id, run["messages"], QWEN_CONTINUED["answer"])
     assert identify(None, None, continued).id != main.id
@@ -152,7 +177,7 @@ def test_qwen_code_continued_run_stays_in_its_session() -> None:
 
 def test_a_history_that_is_not_the_whole_stored_one_is_no_continuation() -> None:
     run, continued = QWEN_CONTINUED["requests"]
-    c = Conversations()
+    c = fresh()
     main = place(c, run)
     c.answered(main.id, run["messages"], QWEN_CONTINUED["answer"])
     messages = continued["messages"]
@@ -164,7 +189,7 @@ def test_a_history_that_is_not_the_whole_stored_one_is_no_continuation() -> None
 
 def test_a_continuation_joins_only_a_session_of_its_own_client_key() -> None:
     run, continued = QWEN_CONTINUED["requests"]
-    c = Conversations()
+    c = fresh()
     main = place(c, run, owner="kA")
     c.answered(main.id, run["messages"], QWEN_CONTINUED["answer"])
     assert place(c, continued, owner="kB").id.startswith("kB:")
@@ -174,7 +199,7 @@ def test_a_continuation_joins_only_a_session_of_its_own_client_key() -> None:
 def test_a_side_requests_answer_does_not_extend_the_history() -> None:
     """aider's summary is answered in the run's session; a continuation resends the run's."""
     long_task = TASK + " Keep the public API as it is and add a regression test for it."
-    c = Conversations()
+    c = fresh()
     main = place(c, chat("You are a coding agent.", long_task))
     summary = chat("Summarise.", f"# USER\n{long_task}")
     assert place(c, summary).id == main.id
@@ -205,7 +230,7 @@ def test_a_one_exchange_run_continued_through_the_proxy_is_one_session(
 def test_conversations_that_only_share_a_canned_answer_stay_apart() -> None:
     """Two questions met with the same refusal are two conversations, not a continued run."""
     refusal = "I can't help with that request, but I'm glad to help with something else instead."
-    c = Conversations()
+    c = fresh()
     first_question = chat("You are a helpful assistant.", "how do I pick a lock")
     first = place(c, first_question)
     c.answered(first.id, first_question["messages"], {"role": "assistant", "content": refusal})

@@ -53,7 +53,8 @@ def test_every_cache_shares_the_configured_budget(
     assert 0 < caches["used_bytes"] <= 1 << 20
     shares = caches["caches"]
     assert sum(c["bytes"] for c in shares.values()) == caches["used_bytes"]
-    for name in ("digest.hashed", "conversations.read", "tokens.histories", "digest.seen"):
+    names = ("digest.hashed", "conversations.read", "conversations.lines", "tokens.histories")
+    for name in (*names, "digest.seen"):
         assert shares[name]["bytes"] > 0, name
 
 
@@ -85,7 +86,7 @@ def test_a_huge_request_is_followed_by_memory_given_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[float] = []
-    monkeypatch.setattr(memory, "give_back", lambda: calls.append(time.monotonic()))
+    monkeypatch.setattr(memory, "give_back", lambda collect: calls.append(time.monotonic()))
     proxy = start_proxy(settings_for())
     assert chat(proxy, history(0, 4)).status_code == 200
     time.sleep(memory.DELAY_S + 0.5)
@@ -96,6 +97,22 @@ def test_a_huge_request_is_followed_by_memory_given_back(
     while not calls and time.monotonic() - done < 10:
         time.sleep(0.05)
     assert len(calls) == 1 and calls[0] - done >= memory.DELAY_S * 0.5
+
+
+def test_ordinary_requests_are_followed_by_a_trim_now_and_then(
+    start_proxy: Callable[[Settings], ServerThread],
+    settings_for: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[bool] = []
+    monkeypatch.setattr(memory, "give_back", calls.append)
+    monkeypatch.setattr(memory, "TRIM_EVERY", 100_000)
+    proxy = start_proxy(settings_for())
+    body = history(0, 10)  # ~30 KB a request
+    for _ in range(10):
+        assert chat(proxy, body).status_code == 200
+    time.sleep(0.5)
+    assert calls and len(calls) <= 3 and not any(calls)  # a trim alone, no collection
 
 
 def test_a_request_too_large_to_be_a_working_set_fills_no_cache(
