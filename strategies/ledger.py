@@ -53,12 +53,16 @@ RELAY_LABEL = re.compile(
 NEAR = 0.85  # word-set overlap over which two messages with the same values are one
 
 
+NEAR_COMPARED = 64  # later messages with the same values that an entry is compared with
+
+
 @dataclass(frozen=True)
 class Entry:
     index: int  # raw position of the user message
     text: str  # as carried: the user's words, relays as pointers
     words: frozenset[str]
     info: float  # how much it carries, before novelty
+    values: tuple[str, ...] = ()  # its concrete values, sorted: near duplicates share them
 
 
 def relay_pointer(what: str, body: Sequence[str], ref: str) -> str:
@@ -157,32 +161,49 @@ def words_of(text: str) -> frozenset[str]:
 
 
 @text_cache()
-def _entry_parts(text: str, ref: str) -> tuple[str, frozenset[str], float]:
+def _entry_parts(text: str, ref: str) -> tuple[str, frozenset[str], float, tuple[str, ...]]:
     carried = user_form(text, ref)
-    return carried, words_of(carried), _information(carried)
+    return (
+        carried,
+        words_of(carried),
+        _information(carried),
+        tuple(sorted(CONCRETE.findall(carried))),
+    )
 
 
 def entries(raw: Sequence[Message], forgotten: Sequence[int]) -> list[Entry]:
     """One entry per forgotten user message with words in it, oldest first; an exact or near
-    duplicate of a later one (the same values, nearly the same words) is left to the later."""
-    out: list[Entry] = []
+    duplicate of a later one (the same values, nearly the same words) is left to the later.
+    Linear in the messages: a near duplicate is looked for only among the NEAR_COMPARED later
+    messages with the same values nearest to it, so thousands of forgotten turns cost little."""
+    found: list[Entry] = []
     for i in sorted(forgotten):
         msg = raw[i]
         text = text_of(msg) if msg.get("role") == "user" else None
         if not text or not text.strip():
             continue
-        carried, words, info = _entry_parts(text, recall_ref(msg))
-        out.append(Entry(i, carried, words, info))
-    return [e for n, e in enumerate(out) if not any(_same(e, later) for later in out[n + 1 :])]
+        found.append(Entry(i, *_entry_parts(text, recall_ref(msg))))
+    later_texts: set[str] = set()
+    later_alike: dict[tuple[str, ...], list[Entry]] = {}  # by values, the nearest last
+    kept: list[Entry] = []
+    for entry in reversed(found):
+        alike = later_alike.setdefault(entry.values, [])
+        if entry.text not in later_texts and not any(_near(entry, b) for b in alike):
+            kept.append(entry)
+        later_texts.add(entry.text)
+        alike.append(entry)
+        if len(alike) > NEAR_COMPARED:
+            del alike[0]
+    return kept[::-1]
 
 
-def _same(a: Entry, b: Entry) -> bool:
-    if a.text == b.text:
-        return True
-    if sorted(CONCRETE.findall(a.text)) != sorted(CONCRETE.findall(b.text)):
+def _near(a: Entry, b: Entry) -> bool:
+    """Nearly the same words (the values were found the same)."""
+    small, large = sorted((len(a.words), len(b.words)))
+    if small < NEAR * large:  # the overlap is at most small / large
         return False
-    union = a.words | b.words
-    return bool(union) and len(a.words & b.words) / len(union) >= NEAR
+    union = len(a.words | b.words)
+    return bool(union) and len(a.words & b.words) / union >= NEAR
 
 
 def cap_tokens(budget: int, share: float) -> int:

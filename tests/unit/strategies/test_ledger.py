@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from proxy.compile.view import compile_request
 from proxy.settings import CompactionSettings
 from strategies import ledger
@@ -160,3 +162,34 @@ def test_a_huge_message_is_read_in_linear_time() -> None:
     started = time.perf_counter()
     ledger.render(raw, [1], 500)
     assert time.perf_counter() - started < 2
+
+
+def test_thousands_of_forgotten_messages_are_compared_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each message is compared with at most NEAR_COMPARED later ones that share its values, not
+    # with every later one: 3,000 forgotten turns once took minutes to render.
+    calls = 0
+    near = ledger._near
+
+    def counted(a: ledger.Entry, b: ledger.Entry) -> bool:
+        nonlocal calls
+        calls += 1
+        return near(a, b)
+
+    monkeypatch.setattr(ledger, "_near", counted)
+    said = [
+        f"try the other branch of the loop, variant {'abcdefghij'[i % 10]} now" for i in range(3000)
+    ]
+    raw = [{"role": "user", "content": t} for t in said]
+    carried = ledger.render(raw, list(range(len(raw))), 2_000)
+    assert 0 < calls <= len(raw) * ledger.NEAR_COMPARED
+    assert "variant" in carried
+
+
+def test_a_near_duplicate_among_many_messages_is_carried_once() -> None:
+    filler = [f"step {i}: look at module m{i}.py next" for i in range(500)]
+    said = ["Never push to main; use PR 4711.", *filler, "never push to main, use PR 4711"]
+    raw = [{"role": "user", "content": t} for t in said]
+    carried = ledger.render(raw, list(range(len(raw))), 100_000)
+    assert carried.count("4711") == 1 and "never push to main, use PR 4711" in carried
