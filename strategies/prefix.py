@@ -104,6 +104,11 @@ class PrefixMemo(Generic[V]):
         self._index.update(dict.fromkeys(ends, new))
         self._known.put(new, _Known(data, values, ends, size), size)
 
+    def clear(self) -> None:
+        """Forget every known list."""
+        self._known.clear()
+        self._index.clear()
+
     def _evicted(self, old: Hashable, gone: _Known[V]) -> None:
         """Its keys out of the index (under the budget's lock: no lock of this memo's here; a
         key another thread just pointed elsewhere may go too, which costs only a miss)."""

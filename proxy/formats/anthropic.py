@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from functools import partial
 from typing import Any
 
 from proxy.errors import BadRequest, ContextLengthExceeded, ProxyError
@@ -38,8 +37,7 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
     if raw.get("system"):
         head = {"role": "system", "content": text_of(_parts(raw["system"]))}
         neutral.append(head)
-    for i, msg in enumerate(messages):
-        converted = SEEN.convert(msg, partial(_checked_message, i=i))
+    for msg, converted in zip(messages, SEEN.convert_all(messages, _checked_message), strict=True):
         groups.append(Group([msg], converted))
         neutral.extend(converted)
     body["messages"] = neutral

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from functools import partial
 from typing import Any
 
 from proxy.errors import BadRequest
@@ -72,8 +71,7 @@ def _groups(items: list[Any]) -> list[Group]:
     groups: list[Group] = []
     pending: list[Any] = []  # items with no neutral form: they go with the next message
     joinable = False  # whether a function_call joins the last group's assistant message
-    for i, item in enumerate(items):
-        converted = SEEN.convert(item, partial(_checked_item, i=i))
+    for item, converted in zip(items, SEEN.convert_all(items, _checked_item), strict=True):
         if item.get("type", "message") in _CALLS and joinable and not pending:
             last = groups[-1].neutral[-1]  # a new list: the one it holds may be SEEN's
             last["tool_calls"] = [*last.get("tool_calls", []), *converted[0]["tool_calls"]]

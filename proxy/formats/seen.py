@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import orjson
 
 from strategies.budget import SHARED, CacheBudget
+from strategies.prefix import PrefixMemo
 
 Message = dict[str, Any]
 OVERHEAD = 256  # per entry: its key, tuple and dict shells
+LIST_VALUE = 200  # per item of a known list (an estimate): its tuple and the messages' dict shells
 
 
 class Seen:
@@ -26,6 +29,26 @@ class Seen:
 
     def __init__(self, name: str, budget: CacheBudget | None = None):
         self._held = (budget or SHARED).cache(name)
+        # The values share their text with the entries above, but may outlive them: counted.
+        self._lists: PrefixMemo[tuple[Message, ...]] = PrefixMemo(
+            name + ".lists", value_bytes=LIST_VALUE, holds_text=True, budget=budget
+        )
+
+    def convert_all(
+        self, items: list[Any], make: Callable[[Any, int], list[Message]]
+    ) -> list[list[Message]]:
+        """[convert(item, make(_, i)) for each item at position i]: a prefix of the items that
+        an earlier request sent at the same positions comes back without a digest per item.
+        `make` checks too: an exception from it is raised and nothing of this list is kept."""
+
+        def tail(known: list[tuple[Message, ...]]) -> list[tuple[Message, ...]]:
+            start = len(known)
+            return [
+                tuple(dict(m) for m in self.convert(item, partial(_placed, make, at)))
+                for at, item in enumerate(items[start:], start)
+            ]
+
+        return [[dict(m) for m in value] for value in self._lists.values(items, tail)]
 
     def convert(self, item: Any, make: Callable[[Any], list[Message]]) -> list[Message]:
         """make(item), from an earlier request where it held the same item. `make` checks the
@@ -47,3 +70,8 @@ class Seen:
 
     def clear(self) -> None:
         self._held.clear()
+        self._lists.clear()
+
+
+def _placed(make: Callable[[Any, int], list[Message]], at: int, item: Any) -> list[Message]:
+    return make(item, at)

@@ -116,3 +116,44 @@ def test_responses_joined_calls_leave_the_cached_messages_alone() -> None:
     for _ in range(3):  # were a cached list appended to, the calls would pile up
         warm = responses.to_neutral(copy.deepcopy(body)).body["messages"]
         assert warm == cold
+
+
+def fresh(convert: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a process that never saw anything makes of `body`."""
+    anthropic.SEEN.clear()
+    responses.SEEN.clear()
+    return copy.deepcopy(convert(copy.deepcopy(body)).body["messages"])
+
+
+def test_a_history_grown_edited_or_retyped_converts_as_a_fresh_one_would() -> None:
+    body = claude_turn(3)
+    grown = claude_turn(5)
+    edited = copy.deepcopy(grown)
+    edited["messages"][2]["content"][0]["content"] = "another output"  # an early item changed
+    ones, retyped = copy.deepcopy(grown), copy.deepcopy(grown)
+    ones["messages"][1]["content"][1]["input"] = {"cmd": 1}
+    retyped["messages"][1]["content"][1]["input"] = {"cmd": 1.0}  # equal in Python, not in JSON
+    retried = copy.deepcopy(grown)
+    retried["messages"][-1]["content"][0]["content"] = "the retry's output"
+    bodies = (body, grown, edited, ones, retyped, retried)
+    expected = [fresh(anthropic.to_neutral, b) for b in bodies]
+    for _ in range(2):  # after a first pass every list and item is known
+        for b, want in zip(bodies, expected, strict=True):
+            assert anthropic.to_neutral(copy.deepcopy(b)).body["messages"] == want
+    assert [expected[i][2]["tool_calls"][0]["function"]["arguments"] for i in (3, 4)] == [
+        '{"cmd": 1}',
+        '{"cmd": 1.0}',
+    ]
+
+
+def test_a_bad_item_after_a_known_history_is_refused_by_its_place() -> None:
+    body = codex_turn(2)
+    responses.to_neutral(copy.deepcopy(body))
+    bad = copy.deepcopy(body)
+    bad["input"].append({"type": "function_call_output", "call_id": 7, "output": "ok"})
+    for _ in range(2):
+        with pytest.raises(BadRequest, match=r"input\.5\.call_id"):
+            responses.to_neutral(copy.deepcopy(bad))
+    assert responses.to_neutral(copy.deepcopy(body)).body["messages"] == fresh(
+        responses.to_neutral, body
+    )
