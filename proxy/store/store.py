@@ -12,7 +12,17 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import ahead, history, install, liveness, pipelined, reads, states, writes
+from proxy.store import (
+    ahead,
+    history,
+    install,
+    liveness,
+    pipelined,
+    reads,
+    states,
+    turn,
+    writes,
+)
 from proxy.store.digest import hash_messages
 from proxy.store.direct import Direct
 from proxy.store.engine import Writer, make_engine
@@ -109,15 +119,8 @@ class Store:
         head = (session_id, source, key_id, model)
         before = ahead.store_ahead(self._writer, head, messages, raw, chain)
 
-        def work(conn: Direct) -> RequestRef:
-            now = utcnow()
-            seq = writes.count_exchange(conn, session_id, source, model, now, key_id)
-            leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
-            added = 1
-            if leaf is None:
-                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
-            added += before
-            row = {
+        def exchange_row(now: Any) -> dict[str, Any]:
+            return {
                 "session_id": session_id,
                 "created_at": now,
                 "model": model,
@@ -130,8 +133,6 @@ class Store:
                 "pipeline": list(pipeline),
                 "events": list(events),
                 "params": params,
-                "leaf_entry_id": leaf,
-                "new_messages": added,
                 "compiled": view,
                 "partial": False,
                 "key_id": key_id,
@@ -140,6 +141,24 @@ class Store:
                 "cache_expected": new.cache_expected,
                 "cache_previous": new.cache_previous,
             }
+
+        if self._pg and not before and len(raw) >= 2:  # continuing: one round trip (turn.py)
+            opened = self._writer.run_core(
+                lambda c: self._continue(c, exchange_row(utcnow()), new, raw, chain, rewritten)
+            )
+            ref = opened.ref()
+            if ref is not None:
+                return ref
+
+        def work(conn: Direct) -> RequestRef:
+            now = utcnow()
+            seq = writes.count_exchange(conn, session_id, source, model, now, key_id)
+            leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
+            added = 1
+            if leaf is None:
+                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+            added += before
+            row = {**exchange_row(now), "leaf_entry_id": leaf, "new_messages": added}
             if seq is None:
                 row["counted"] = session_id
                 exchange_id, seq = conn.execute(writes.insert_counted_exchange(), row).one()
@@ -153,6 +172,22 @@ class Store:
             return RequestRef(session_id, seq, exchange_id, leaf, added, len(raw) - 1, chain[-1])
 
         return self._writer.run_core(work)
+
+    @staticmethod
+    def _continue(
+        conn: Direct,
+        row: dict[str, Any],
+        new: NewRequest,
+        raw: list[str],
+        chain: list[str],
+        rewritten: dict[str, dict[str, Any]],
+    ) -> turn.Opened:
+        """A continuing turn's statements, sent without waiting (turn.py)."""
+        state = None
+        if new.decided is not None:  # its ids (0 here) are the statement's
+            now = row["created_at"]
+            state = writes.state_row(0, new.session_id, 0, new.decided, rewritten, now)
+        return turn.record(conn, row, raw, chain, new.messages[-1], rewritten, state)
 
     def replace_compiled(
         self,

@@ -13,8 +13,10 @@ from sqlalchemy import func, select
 from proxy.store import AmbiguousPrefix, RequestRef, Store
 from proxy.store.models import EntryRow, ExchangeRow, MessageRow
 from proxy.store.request import NewRequest
+from proxy.store.states import Decisions
 from proxy.testing.postgres import postgres_database
 from strategies.messages import message_hash, original_ref
+from strategies.state import Form, ViewState
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 60}
 EVENT = {
@@ -264,6 +266,29 @@ def test_a_continuing_turn_adds_its_new_messages_once(store: Store) -> None:
     hist = store.get_history("s1", late.leaf_entry_id)
     assert hist is not None and [m.message for m in hist.messages] == longer
     assert [x.seq for x in store.list_exchanges("s1") or []] == [1, 2, 3, 4]
+
+
+def test_a_compacted_continuing_turn_keeps_its_view_state_and_rewritten_messages(
+    store: Store,
+) -> None:
+    history = [SYSTEM, user("fix the bug"), assistant("which one?")]
+    finish(store, record(store, history[:2]), history[2])
+    history.append(user("the parser"))
+    marker = assistant("[elided: which one?]")
+    folded = [SYSTEM, user("fix the bug"), marker, user("the parser")]
+    items = (0, 1, Form(2, "elided", marker), 3)
+    state = ViewState(4, items, view_tokens=50, original_tokens=80)
+    decided = Decisions(state, factor=1.1, raw_prompt=90, tokens_original=80)
+    ref = record(store, history, compiled=folded, decided=decided)
+
+    assert (ref.seq, ref.new_messages) == (2, 1)
+    x = store.get_exchange("s1", 2)
+    assert x is not None and x.compiled_request["messages"] == folded
+    prior = store.load_state("s1", [message_hash(m) for m in history])
+    assert prior is not None and prior.state == state and prior.factor == 1.1
+    # The exchange holds its rewritten message: deleting the session takes that one too.
+    assert store.delete_session("s1")
+    assert store.get_message(message_hash(marker)) is None
 
 
 def test_32_concurrent_requests_on_one_session_lose_nothing(store: Store) -> None:
