@@ -18,19 +18,25 @@ T = TypeVar("T")
 PIPELINE = "ctxproxy_pipeline"  # key in a pooled connection's info: its open pipeline
 
 
-def transaction(engine: Engine, work: Callable[[Direct], T], idempotent: bool = False) -> T:
+def transaction(
+    engine: Engine, work: Callable[[Direct], T], idempotent: bool = False, flush: bool = True
+) -> T:
     """Run `work` in one transaction and commit it. A connection that turns out dead is
     replaced once, but only when the failure came before COMMIT was sent: the server then
     rolled the transaction back, so running it again cannot write anything twice. Work that
     is `idempotent` (run twice, it leaves what running it once does) is run again even when
     the COMMIT was sent, as a pipeline whose first wait is for it finds the connection dead
-    only then."""
+    only then. Without `flush`, PostgreSQL answers the COMMIT before its WAL reaches the disk
+    (synchronous_commit off, for this transaction only): what it wrote is kept if this process
+    dies, and is on disk once a later commit that flushes is, as the WAL is flushed in order;
+    only a crash of the database server or its machine within a few wal_writer_delay can lose
+    it (SQLite in WAL mode at synchronous=NORMAL loses the last commits to a power cut)."""
     for attempt in (0, 1):
         sent: list[bool] = []  # holds True once COMMIT is on its way
         try:
             with engine.connect() as conn:
                 if _can_pipeline(conn):
-                    return _pipelined(conn, work, sent)
+                    return _pipelined(conn, work, sent, flush)
                 if conn.dialect.name == "sqlite":
                     return _on_sqlite(conn, work, sent)
                 with conn.begin() as trans:
@@ -67,7 +73,9 @@ def _can_pipeline(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql" and hasattr(raw, "pipeline")
 
 
-def _pipelined(conn: Connection, work: Callable[[Direct], T], sent: list[bool]) -> T:
+def _pipelined(
+    conn: Connection, work: Callable[[Direct], T], sent: list[bool], flush: bool = True
+) -> T:
     """BEGIN travels with the first statement that must wait; the rest and COMMIT leave
     together at the pipeline's end, one round trip. psycopg would sync after a BEGIN of its
     own, so the connection is in autocommit mode and the transaction is spelled out."""
@@ -82,6 +90,8 @@ def _pipelined(conn: Connection, work: Callable[[Direct], T], sent: list[bool]) 
             # BEGIN and COMMIT straight to the driver: SQLAlchemy has nothing to add to them
             # (it sees an autocommit connection) but its cost per statement.
             raw.execute("BEGIN")
+            if not flush:
+                raw.execute("SET LOCAL synchronous_commit = off")
             result = work(Direct(conn))
             raw.execute("COMMIT")
             sent.append(True)

@@ -63,6 +63,8 @@ class Store:
         self._reads = (
             self.engine.execution_options(isolation_level="AUTOCOMMIT") if self._pg else None
         )
+        # Histories stored, for record_request's one-trip way (PostgreSQL's).
+        self._known = turn.Known(turn.KNOWN if self._pg else 0)
         self.instance: str | None = None  # this process's InstanceRow id, once registered
         self._ids_key: bytes | None = None
         # Exchanges answered whose finish is still being written, by session (expect_finish).
@@ -103,7 +105,9 @@ class Store:
     # --- writes ----------------------------------------------------------------------------
 
     def record_request(self, new: NewRequest) -> RequestRef:
-        """Store a request's history and open its exchange, committed before this returns."""
+        """Store a request's history and open its exchange, committed before this returns. On
+        PostgreSQL the commit does not wait for the disk (the upstream call waits for it): the
+        writes of its answer (save_progress, finish_exchange) do, and flush it with them."""
         session_id, source, key_id = new.session_id, new.source, new.key_id
         messages, request, model, upstream = new.messages, new.request, new.model, new.upstream
         stream, compiled, pipeline, events = new.stream, new.compiled, new.pipeline, new.events
@@ -142,12 +146,15 @@ class Store:
                 "cache_previous": new.cache_previous,
             }
 
-        if self._pg and not before and len(raw) >= 2:  # continuing: one round trip (turn.py)
+        continuing = len(raw) >= 2 and (session_id, chain[-2]) in self._known
+        if self._pg and continuing and not before:  # one round trip (turn.py)
             opened = self._writer.run_core(
-                lambda c: self._continue(c, exchange_row(utcnow()), new, raw, chain, rewritten)
+                lambda c: turn.record(c, exchange_row(utcnow()), new, raw, chain, rewritten),
+                flush=False,
             )
             ref = opened.ref()
             if ref is not None:
+                self._known.add(session_id, *chain[-2:])  # a resend, a sibling, a next turn
                 return ref
 
         def work(conn: Direct) -> RequestRef:
@@ -171,23 +178,9 @@ class Store:
                 writes.keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
             return RequestRef(session_id, seq, exchange_id, leaf, added, len(raw) - 1, chain[-1])
 
-        return self._writer.run_core(work)
-
-    @staticmethod
-    def _continue(
-        conn: Direct,
-        row: dict[str, Any],
-        new: NewRequest,
-        raw: list[str],
-        chain: list[str],
-        rewritten: dict[str, dict[str, Any]],
-    ) -> turn.Opened:
-        """A continuing turn's statements, sent without waiting (turn.py)."""
-        state = None
-        if new.decided is not None:  # its ids (0 here) are the statement's
-            now = row["created_at"]
-            state = writes.state_row(0, new.session_id, 0, new.decided, rewritten, now)
-        return turn.record(conn, row, raw, chain, new.messages[-1], rewritten, state)
+        ref = self._writer.run_core(work, flush=False)
+        self._known.add(session_id, *chain[-2:])
+        return ref
 
     def replace_compiled(
         self,
@@ -252,9 +245,11 @@ class Store:
         # On PostgreSQL the first try waits for nothing until COMMIT (see writes.link_answer);
         # a retry, after the session was deleted meanwhile say, goes the way that looks first.
         tried: list[bool] = []
+        stored: list[str] = []  # the answer's prefix hash, once its entry is written
 
         def work(conn: Direct) -> None:
             now = utcnow()
+            stored.clear()
             quick = self._pg and not tried
             tried.append(True)
             found: writes.Linked | int | None | bool
@@ -288,6 +283,8 @@ class Store:
                 **writes.usage_columns(sent_usage or usage),
                 **(cache or {}),  # cached_tokens, cache_cause, cache_lost (exchange/cache.py)
             }
+            if answer is not None and ref.leaf_prefix is not None:
+                stored.append(history.link(ref.leaf_prefix, answer))
             if isinstance(found, writes.Linked):
                 values.pop("response_entry_id")
                 values.update(found.params)
@@ -303,6 +300,8 @@ class Store:
         finally:
             if expected:
                 self._settled(ref.session_id)
+        for prefix in stored:
+            self._known.add(ref.session_id, prefix)
         self._writer.tidy()
 
     def expect_finish(self, session_id: str) -> None:

@@ -11,6 +11,8 @@ Store.record_request records the request the general way, in another transaction
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -30,10 +32,38 @@ from sqlalchemy import (
 from sqlalchemy import update as update_
 from sqlalchemy.dialects import postgresql
 
-from proxy.store import direct, history
+from proxy.store import direct, history, writes
 from proxy.store.direct import Direct, Pending
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, SessionRow, ViewStateRow
+from proxy.store.request import NewRequest
 from proxy.store.views import RequestRef
+
+KNOWN = 2048  # histories remembered as stored (~250 bytes each)
+
+
+class Known:
+    """Histories this process stored, as (session, prefix hash of their last entry), the newest
+    KNOWN kept: a request extending one by a message takes the one-trip way; any other (a new
+    session, a branch, a session last written by another process) goes the general way at
+    once rather than after a try. Only a hint: a history deleted since fails the try."""
+
+    def __init__(self, size: int = KNOWN) -> None:
+        self._size = size
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, session_id: str, *prefixes: str) -> None:
+        if not self._size:
+            return
+        with self._lock:
+            for prefix in prefixes:
+                self._seen[(session_id, prefix)] = None
+                self._seen.move_to_end((session_id, prefix))
+            while len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._seen
 
 
 def _table(model: type[Any]) -> Table:
@@ -65,17 +95,15 @@ class Opened:
 def record(
     conn: Direct,
     row: dict[str, Any],
+    new: NewRequest,
     hashes: Sequence[str],
     chain: Sequence[str],
-    message: dict[str, Any],
     rewritten: dict[str, dict[str, Any]],
-    state: dict[str, Any] | None,
 ) -> Opened:
     """Send a continuing turn's statements: `row` the exchange's columns (record_request's),
-    `message` the new one, `rewritten` the view's rewritten messages by hash, `state` the view
-    state's row."""
+    `rewritten` the view's rewritten messages by hash."""
     now, session_id = row["created_at"], row["session_id"]
-    history.store_messages(conn, {hashes[-1]: message, **rewritten}, now)
+    history.store_messages(conn, {hashes[-1]: new.messages[-1], **rewritten}, now)
     where = {"sid": session_id, "parent": chain[-2], "leaf": chain[-1], "now": now}
     entry = {
         "entry_position": len(hashes) - 1,
@@ -87,12 +115,13 @@ def record(
     advanced = conn.send(advance(), {**where, "model": row["model"], **entry})
     refs = sorted(rewritten)
     params = {**row, **where}
-    if state is not None:
+    if new.decided is not None:  # the row's ids (0 here) are the statement's
+        state = writes.state_row(0, session_id, 0, new.decided, rewritten, now)
         params.update({f"state_{k}": v for k, v in state.items() if k in STATE_GIVEN})
     if refs:
         params["refs"] = refs
     names = tuple(row)
-    opened = conn.send(open_exchange(names, state is not None, bool(refs)), params)
+    opened = conn.send(open_exchange(names, new.decided is not None, bool(refs)), params)
     return Opened(advanced, opened, session_id, len(hashes) - 1, chain[-1])
 
 

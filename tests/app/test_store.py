@@ -291,8 +291,13 @@ def test_a_compacted_continuing_turn_keeps_its_view_state_and_rewritten_messages
     assert store.get_message(message_hash(marker)) is None
 
 
-def test_32_concurrent_requests_on_one_session_lose_nothing(store: Store) -> None:
+@pytest.mark.parametrize("stored", [False, True], ids=["new", "stored"])
+def test_32_concurrent_requests_on_one_session_lose_nothing(store: Store, stored: bool) -> None:
     shared = [SYSTEM, user("start"), assistant("ok")]
+    before = 0
+    if stored:  # the shared history was a turn already: each request continues it
+        finish(store, record(store, shared[:2]), shared[2])
+        before = 1
     barrier, errors, refs = threading.Barrier(32), [], []
     lock = threading.Lock()
 
@@ -313,15 +318,16 @@ def test_32_concurrent_requests_on_one_session_lose_nothing(store: Store) -> Non
         t.join()
 
     assert errors == []
-    assert sorted(r.seq for _, r in refs) == list(range(1, 33))
+    assert sorted(r.seq for _, r in refs) == list(range(1 + before, 33 + before))
     assert count(store, EntryRow.id) == len(shared) + 32 + 32
-    assert count(store, ExchangeRow.id) == 32
+    assert count(store, ExchangeRow.id) == 32 + before
     for i, ref in refs:
         x = store.get_exchange("s1", ref.seq)
         assert x is not None and x.request["messages"][-1] == user(f"parallel call {i}")
         assert x.response == assistant(f"answer {i}")
     detail = store.get_session("s1")
-    assert detail is not None and detail.session.turns == 32 and detail.branch_count == 32
+    assert detail is not None and detail.session.turns == 32 + before
+    assert detail.branch_count == 32
 
 
 def test_two_stores_on_one_sqlite_file_share_it_like_two_processes(tmp_path: Path) -> None:
