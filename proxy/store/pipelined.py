@@ -4,6 +4,7 @@ on a connection found dead before anything was committed (instead of a ping per 
 from __future__ import annotations
 
 import logging
+import select
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -84,6 +85,12 @@ def _pipelined(
     conn = conn.execution_options(isolation_level="AUTOCOMMIT")
     fairy = conn.connection
     raw: Any = fairy.dbapi_connection
+    if _hung_up(raw):  # found before anything is sent: the caller retries on a new connection
+        exc = psycopg.OperationalError("the server closed this pooled connection")
+        _invalidate_pool(conn, fairy, exc)
+        raise DBAPIError.instance(
+            None, None, exc, psycopg.Error, connection_invalidated=True, dialect=conn.dialect
+        )
     try:
         with raw.pipeline() as pipeline:
             fairy.info[PIPELINE] = pipeline
@@ -114,6 +121,14 @@ def _pipelined(
         if not (raw.closed or raw.broken) and raw.info.transaction_status != idle:
             raw.execute("ROLLBACK")  # a statement failed: the server still holds the block
     return result
+
+
+def _hung_up(raw: Any) -> bool:
+    """Whether the server closed this idle connection (a restart, an idle timeout, a
+    terminated backend): it then sent its last words, so there is something to read. A
+    pipeline that reads nothing before COMMIT would otherwise find it dead only once COMMIT
+    was sent, too late to know whether to run the work again. No round trip: a poll."""
+    return bool(select.select([raw.fileno()], [], [], 0)[0])
 
 
 def _invalidate_pool(conn: Connection, fairy: PoolProxiedConnection, exc: BaseException) -> None:

@@ -148,11 +148,8 @@ class Store:
 
         continuing = len(raw) >= 2 and (session_id, chain[-2]) in self._known
         if self._pg and continuing and not before:  # one round trip (turn.py)
-            opened = self._writer.run_core(
-                lambda c: turn.record(c, exchange_row(utcnow()), new, raw, chain, rewritten),
-                flush=False,
-            )
-            ref = opened.ref()
+            row = exchange_row(utcnow())
+            ref = turn.continue_history(self._writer, row, new, raw, chain, rewritten)
             if ref is not None:
                 self._known.add(session_id, *chain[-2:])  # a resend, a sibling, a next turn
                 return ref
@@ -327,24 +324,14 @@ class Store:
 
     def save_progress(self, ref: RequestRef, answer: dict[str, Any]) -> None:
         """The answer streamed so far, kept on the open exchange in case this process dies."""
-        self._writer.run(
-            lambda s: s.execute(
-                update(ExchangeRow)
-                .where(ExchangeRow.id == ref.exchange_id, ExchangeRow.status.is_(None))
-                .values(progress=answer)
-            )
-        )
+        values = {"xid": ref.exchange_id, "progress": answer}
+        self._writer.run_core(lambda c: c.execute(writes.save_open(), values), idempotent=True)
 
     def save_recalls(self, ref: RequestRef, recalls: list[dict[str, Any]]) -> None:
         """The recall calls answered so far, kept on the open exchange in case this process
         dies mid-round (closed as interrupted, it keeps them)."""
-        self._writer.run(
-            lambda s: s.execute(
-                update(ExchangeRow)
-                .where(ExchangeRow.id == ref.exchange_id, ExchangeRow.status.is_(None))
-                .values(recalls=recalls)
-            )
-        )
+        values = {"xid": ref.exchange_id, "recalls": recalls}
+        self._writer.run_core(lambda c: c.execute(writes.save_open(), values), idempotent=True)
 
     # --- processes and the exchanges they leave open ----------------------------------------
 

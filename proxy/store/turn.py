@@ -34,6 +34,7 @@ from sqlalchemy.dialects import postgresql
 
 from proxy.store import direct, history, writes
 from proxy.store.direct import Direct, Pending
+from proxy.store.engine import Writer
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, SessionRow, ViewStateRow
 from proxy.store.request import NewRequest
 from proxy.store.views import RequestRef
@@ -90,6 +91,61 @@ class Opened:
         return RequestRef(
             self.session_id, seq, exchange_id, leaf, added, self.position, self.prefix
         )
+
+
+@dataclass(frozen=True)
+class Done:
+    """A continuing turn found committed by an earlier try."""
+
+    found: RequestRef
+
+    def ref(self) -> RequestRef:
+        return self.found
+
+
+def continue_history(
+    writer: Writer,
+    row: dict[str, Any],
+    new: NewRequest,
+    hashes: Sequence[str],
+    chain: Sequence[str],
+    rewritten: dict[str, dict[str, Any]],
+) -> RequestRef | None:
+    """Record a continuing turn in one round trip, or return None when its history's parent
+    is not stored (nothing was recorded). A try whose connection was lost once COMMIT was
+    sent may have committed: the next looks for its exchange first (by its session, its
+    leaf and its created_at, this call's own), so that nothing is recorded twice."""
+    tries: list[bool] = []
+
+    def work(conn: Direct) -> Opened | Done:
+        if tries:
+            params = {"sid": row["session_id"], "now": row["created_at"], "leaf": chain[-1]}
+            found = conn.execute(committed(), params).first()
+            if found is not None:
+                exchange_id, seq, leaf, added = found
+                position, prefix = len(hashes) - 1, chain[-1]
+                return Done(
+                    RequestRef(row["session_id"], seq, exchange_id, leaf, added, position, prefix)
+                )
+        tries.append(True)
+        return record(conn, row, new, hashes, chain, rewritten)
+
+    return writer.run_core(work, idempotent=True, flush=False).ref()
+
+
+@cache
+def committed() -> Any:
+    """The exchange a continuing turn's earlier try committed, if it did."""
+    x, e = _table(ExchangeRow), _table(EntryRow)
+    return direct.hot(
+        select(x.c.id, x.c.seq, x.c.leaf_entry_id, x.c.new_messages)
+        .join(e, e.c.id == x.c.leaf_entry_id)
+        .where(
+            x.c.session_id == bindparam("sid"),
+            x.c.created_at == bindparam("now"),
+            e.c.prefix_hash == bindparam("leaf"),
+        )
+    )
 
 
 def record(

@@ -151,6 +151,14 @@ def finish_exchange() -> Any:
     return statement("finish", t, "any", lambda: update(t).where(t.c.id == bindparam("xid")))
 
 
+def save_open() -> Any:
+    """An exchange still open (no status): the SET clause is whatever columns the
+    parameters name besides xid (progress, recalls)."""
+    t = table(ExchangeRow)
+    where = (t.c.id == bindparam("xid"), t.c.status.is_(None))
+    return statement("save-open", t, "any", lambda: update(t).where(*where))
+
+
 def touch_session() -> Any:
     t = table(SessionRow)
     return statement("touch", t, "any", lambda: update(t).where(t.c.id == bindparam("sid")))
