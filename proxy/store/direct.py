@@ -172,6 +172,23 @@ class Rows:
         return [r[0] for r in self.rows]
 
 
+class Pending:
+    """A sent statement's rows, fetched at the first read."""
+
+    def __init__(self, prepared: Prepared, cursor: Any) -> None:
+        self._prepared, self._cursor = prepared, cursor
+        self._rows: Rows | None = None
+
+    def rows(self) -> Rows:
+        if self._rows is None:
+            cursor = self._cursor
+            try:
+                self._rows = Rows(self._prepared.convert(cursor.fetchall(), cursor.description))
+            finally:
+                cursor.close()
+        return self._rows
+
+
 class Direct:
     """A write transaction's connection: `execute` as SQLAlchemy's, prepared statements on the
     driver's cursor, the rest through SQLAlchemy (same connection, same transaction)."""
@@ -210,6 +227,19 @@ class Direct:
             raise self._translated(exc, prepared.sql, params, cursor) from exc
         finally:
             cursor.close()
+
+    def send(self, stmt: Any, params: dict[str, Any]) -> Pending:
+        """A statement whose rows are read later (`Pending.rows`): in a pipeline, once its
+        transaction committed, so that nothing waits for it before COMMIT."""
+        prepared = prepare(stmt, self.dialect, tuple(params))
+        assert prepared is not None and prepared.keys, "send() is for hot statements with rows"
+        cursor = self.raw.cursor()
+        try:
+            cursor.execute(prepared.sql, prepared.values(params))
+        except self.dialect.loaded_dbapi.Error as exc:
+            cursor.close()
+            raise self._translated(exc, prepared.sql, params, cursor) from exc
+        return Pending(prepared, cursor)
 
     def _translated(self, exc: Exception, sql: str, params: Any, cursor: Any) -> DBAPIError:
         """As SQLAlchemy raises it: its exception classes, and a connection found dead

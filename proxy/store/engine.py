@@ -208,19 +208,21 @@ class Writer:
                 time.sleep(0.01 * 2**attempt)
         raise AssertionError("unreachable")
 
-    def run_core(self, work: Callable[[direct.Direct], T], idempotent: bool = False) -> T:
+    def run_core(
+        self, work: Callable[[direct.Direct], T], idempotent: bool = False, flush: bool = True
+    ) -> T:
         """One write transaction of Core statements: what the hot path uses, without the ORM's
         unit of work (a third of a request's time when it ran through a Session). On
         PostgreSQL its statements are pipelined: only those whose rows are read wait.
-        `idempotent`: see pipelined.transaction."""
+        `idempotent`, `flush`: see pipelined.transaction."""
         for attempt in range(RETRIES):
             try:
                 with self._lock:
-                    if self.held is not None:
+                    if self.held is not None:  # SQLite (flush: its own synchronous setting)
                         with self.held.connect() as conn:
                             result = pipelined.on_sqlite(conn, work, [])
                     else:
-                        result = pipelined.transaction(self.engine, work, idempotent)
+                        result = pipelined.transaction(self.engine, work, idempotent, flush)
                     self._commits += 1
                     return result
             except (IntegrityError, OperationalError) as exc:

@@ -4,6 +4,7 @@ on a connection found dead before anything was committed (instead of a ping per 
 from __future__ import annotations
 
 import logging
+import select
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -18,19 +19,25 @@ T = TypeVar("T")
 PIPELINE = "ctxproxy_pipeline"  # key in a pooled connection's info: its open pipeline
 
 
-def transaction(engine: Engine, work: Callable[[Direct], T], idempotent: bool = False) -> T:
+def transaction(
+    engine: Engine, work: Callable[[Direct], T], idempotent: bool = False, flush: bool = True
+) -> T:
     """Run `work` in one transaction and commit it. A connection that turns out dead is
     replaced once, but only when the failure came before COMMIT was sent: the server then
     rolled the transaction back, so running it again cannot write anything twice. Work that
     is `idempotent` (run twice, it leaves what running it once does) is run again even when
     the COMMIT was sent, as a pipeline whose first wait is for it finds the connection dead
-    only then."""
+    only then. Without `flush`, PostgreSQL answers the COMMIT before its WAL reaches the disk
+    (synchronous_commit off, for this transaction only): what it wrote is kept if this process
+    dies, and is on disk once a later commit that flushes is, as the WAL is flushed in order;
+    only a crash of the database server or its machine within a few wal_writer_delay can lose
+    it (SQLite in WAL mode at synchronous=NORMAL loses the last commits to a power cut)."""
     for attempt in (0, 1):
         sent: list[bool] = []  # holds True once COMMIT is on its way
         try:
             with engine.connect() as conn:
                 if _can_pipeline(conn):
-                    return _pipelined(conn, work, sent)
+                    return _pipelined(conn, work, sent, flush)
                 if conn.dialect.name == "sqlite":
                     return on_sqlite(conn, work, sent)
                 with conn.begin() as trans:
@@ -67,7 +74,9 @@ def _can_pipeline(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql" and hasattr(raw, "pipeline")
 
 
-def _pipelined(conn: Connection, work: Callable[[Direct], T], sent: list[bool]) -> T:
+def _pipelined(
+    conn: Connection, work: Callable[[Direct], T], sent: list[bool], flush: bool = True
+) -> T:
     """BEGIN travels with the first statement that must wait; the rest and COMMIT leave
     together at the pipeline's end, one round trip. psycopg would sync after a BEGIN of its
     own, so the connection is in autocommit mode and the transaction is spelled out."""
@@ -76,12 +85,20 @@ def _pipelined(conn: Connection, work: Callable[[Direct], T], sent: list[bool]) 
     conn = conn.execution_options(isolation_level="AUTOCOMMIT")
     fairy = conn.connection
     raw: Any = fairy.dbapi_connection
+    if _hung_up(raw):  # found before anything is sent: the caller retries on a new connection
+        exc = psycopg.OperationalError("the server closed this pooled connection")
+        _invalidate_pool(conn, fairy, exc)
+        raise DBAPIError.instance(
+            None, None, exc, psycopg.Error, connection_invalidated=True, dialect=conn.dialect
+        )
     try:
         with raw.pipeline() as pipeline:
             fairy.info[PIPELINE] = pipeline
             # BEGIN and COMMIT straight to the driver: SQLAlchemy has nothing to add to them
             # (it sees an autocommit connection) but its cost per statement.
             raw.execute("BEGIN")
+            if not flush:
+                raw.execute("SET LOCAL synchronous_commit = off")
             result = work(Direct(conn))
             raw.execute("COMMIT")
             sent.append(True)
@@ -104,6 +121,14 @@ def _pipelined(conn: Connection, work: Callable[[Direct], T], sent: list[bool]) 
         if not (raw.closed or raw.broken) and raw.info.transaction_status != idle:
             raw.execute("ROLLBACK")  # a statement failed: the server still holds the block
     return result
+
+
+def _hung_up(raw: Any) -> bool:
+    """Whether the server closed this idle connection (a restart, an idle timeout, a
+    terminated backend): it then sent its last words, so there is something to read. A
+    pipeline that reads nothing before COMMIT would otherwise find it dead only once COMMIT
+    was sent, too late to know whether to run the work again. No round trip: a poll."""
+    return bool(select.select([raw.fileno()], [], [], 0)[0])
 
 
 def _invalidate_pool(conn: Connection, fairy: PoolProxiedConnection, exc: BaseException) -> None:

@@ -12,7 +12,17 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from proxy.store import ahead, history, install, liveness, pipelined, reads, states, writes
+from proxy.store import (
+    ahead,
+    history,
+    install,
+    liveness,
+    pipelined,
+    reads,
+    states,
+    turn,
+    writes,
+)
 from proxy.store.digest import hash_messages
 from proxy.store.direct import Direct
 from proxy.store.engine import Writer, make_engine
@@ -57,6 +67,8 @@ class Store:
         # SQLite: connections kept for the hot path's state reads (store/held.py)
         sqlite = self.engine.dialect.name == "sqlite"
         self._held = Held(self.engine, keep=2) if sqlite else None
+        # Histories stored, for record_request's one-trip way (PostgreSQL's).
+        self._known = turn.Known(turn.KNOWN if self._pg else 0)
         self.instance: str | None = None  # this process's InstanceRow id, once registered
         self._ids_key: bytes | None = None
         # Exchanges answered whose finish is still being written, by session (expect_finish).
@@ -100,7 +112,9 @@ class Store:
     # --- writes ----------------------------------------------------------------------------
 
     def record_request(self, new: NewRequest) -> RequestRef:
-        """Store a request's history and open its exchange, committed before this returns."""
+        """Store a request's history and open its exchange, committed before this returns. On
+        PostgreSQL the commit does not wait for the disk (the upstream call waits for it): the
+        writes of its answer (save_progress, finish_exchange) do, and flush it with them."""
         session_id, source, key_id = new.session_id, new.source, new.key_id
         messages, request, model, upstream = new.messages, new.request, new.model, new.upstream
         stream, compiled, pipeline, events = new.stream, new.compiled, new.pipeline, new.events
@@ -116,15 +130,8 @@ class Store:
         head = (session_id, source, key_id, model)
         before = ahead.store_ahead(self._writer, head, messages, raw, chain)
 
-        def work(conn: Direct) -> RequestRef:
-            now = utcnow()
-            seq = writes.count_exchange(conn, session_id, source, model, now, key_id)
-            leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
-            added = 1
-            if leaf is None:
-                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
-            added += before
-            row = {
+        def exchange_row(now: Any) -> dict[str, Any]:
+            return {
                 "session_id": session_id,
                 "created_at": now,
                 "model": model,
@@ -137,8 +144,6 @@ class Store:
                 "pipeline": list(pipeline),
                 "events": list(events),
                 "params": params,
-                "leaf_entry_id": leaf,
-                "new_messages": added,
                 "compiled": view,
                 "partial": False,
                 "key_id": key_id,
@@ -147,6 +152,24 @@ class Store:
                 "cache_expected": new.cache_expected,
                 "cache_previous": new.cache_previous,
             }
+
+        continuing = len(raw) >= 2 and (session_id, chain[-2]) in self._known
+        if self._pg and continuing and not before:  # one round trip (turn.py)
+            row = exchange_row(utcnow())
+            ref = turn.continue_history(self._writer, row, new, raw, chain, rewritten)
+            if ref is not None:
+                self._known.add(session_id, *chain[-2:])  # a resend, a sibling, a next turn
+                return ref
+
+        def work(conn: Direct) -> RequestRef:
+            now = utcnow()
+            seq = writes.count_exchange(conn, session_id, source, model, now, key_id)
+            leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
+            added = 1
+            if leaf is None:
+                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+            added += before
+            row = {**exchange_row(now), "leaf_entry_id": leaf, "new_messages": added}
             if seq is None:
                 row["counted"] = session_id
                 exchange_id, seq = conn.execute(writes.insert_counted_exchange(), row).one()
@@ -159,7 +182,9 @@ class Store:
                 writes.keep_state(conn, exchange_id, session_id, leaf, decided, rewritten, now)
             return RequestRef(session_id, seq, exchange_id, leaf, added, len(raw) - 1, chain[-1])
 
-        return self._writer.run_core(work)
+        ref = self._writer.run_core(work, flush=False)
+        self._known.add(session_id, *chain[-2:])
+        return ref
 
     def replace_compiled(
         self,
@@ -224,9 +249,11 @@ class Store:
         # On PostgreSQL the first try waits for nothing until COMMIT (see writes.link_answer);
         # a retry, after the session was deleted meanwhile say, goes the way that looks first.
         tried: list[bool] = []
+        stored: list[str] = []  # the answer's prefix hash, once its entry is written
 
         def work(conn: Direct) -> None:
             now = utcnow()
+            stored.clear()
             quick = self._pg and not tried
             tried.append(True)
             found: writes.Linked | int | None | bool
@@ -260,6 +287,8 @@ class Store:
                 **writes.usage_columns(sent_usage or usage),
                 **(cache or {}),  # cached_tokens, cache_cause, cache_lost (exchange/cache.py)
             }
+            if answer is not None and ref.leaf_prefix is not None:
+                stored.append(history.link(ref.leaf_prefix, answer))
             if isinstance(found, writes.Linked):
                 values.pop("response_entry_id")
                 values.update(found.params)
@@ -275,6 +304,8 @@ class Store:
         finally:
             if expected:
                 self._settled(ref.session_id)
+        for prefix in stored:
+            self._known.add(ref.session_id, prefix)
         self._writer.tidy()
 
     def expect_finish(self, session_id: str) -> None:
@@ -300,24 +331,14 @@ class Store:
 
     def save_progress(self, ref: RequestRef, answer: dict[str, Any]) -> None:
         """The answer streamed so far, kept on the open exchange in case this process dies."""
-        self._writer.run(
-            lambda s: s.execute(
-                update(ExchangeRow)
-                .where(ExchangeRow.id == ref.exchange_id, ExchangeRow.status.is_(None))
-                .values(progress=answer)
-            )
-        )
+        values = {"xid": ref.exchange_id, "progress": answer}
+        self._writer.run_core(lambda c: c.execute(writes.save_open(), values), idempotent=True)
 
     def save_recalls(self, ref: RequestRef, recalls: list[dict[str, Any]]) -> None:
         """The recall calls answered so far, kept on the open exchange in case this process
         dies mid-round (closed as interrupted, it keeps them)."""
-        self._writer.run(
-            lambda s: s.execute(
-                update(ExchangeRow)
-                .where(ExchangeRow.id == ref.exchange_id, ExchangeRow.status.is_(None))
-                .values(recalls=recalls)
-            )
-        )
+        values = {"xid": ref.exchange_id, "recalls": recalls}
+        self._writer.run_core(lambda c: c.execute(writes.save_open(), values), idempotent=True)
 
     # --- processes and the exchanges they leave open ----------------------------------------
 

@@ -151,6 +151,14 @@ def finish_exchange() -> Any:
     return statement("finish", t, "any", lambda: update(t).where(t.c.id == bindparam("xid")))
 
 
+def save_open() -> Any:
+    """An exchange still open (no status): the SET clause is whatever columns the
+    parameters name besides xid (progress, recalls)."""
+    t = table(ExchangeRow)
+    where = (t.c.id == bindparam("xid"), t.c.status.is_(None))
+    return statement("save-open", t, "any", lambda: update(t).where(*where))
+
+
 def touch_session() -> Any:
     t = table(SessionRow)
     return statement("touch", t, "any", lambda: update(t).where(t.c.id == bindparam("sid")))
@@ -184,16 +192,28 @@ def keep_state(
     rewritten: dict[str, dict[str, Any]],
     now: Any,
 ) -> None:
+    t = table(ViewStateRow)
+    s.execute(
+        statement("insert", t, "any", lambda: insert(t)),
+        state_row(exchange_id, session_id, entry_id, decided, rewritten, now),
+    )
+
+
+def state_row(
+    exchange_id: int,
+    session_id: str,
+    entry_id: int,
+    decided: states.Decisions,
+    rewritten: dict[str, dict[str, Any]],
+    now: Any,
+) -> dict[str, Any]:
+    """The view state's row; its forms are stored by hash, a rewritten message's known."""
     by_id = {id(m): h for h, m in rewritten.items()}
 
     def hash_of(msg: dict[str, Any]) -> str:
         return by_id.get(id(msg)) or message_hash(msg)
 
-    t = table(ViewStateRow)
-    s.execute(
-        statement("insert", t, "any", lambda: insert(t)),
-        states.row(exchange_id, session_id, entry_id, decided, hash_of, now),
-    )
+    return states.row(exchange_id, session_id, entry_id, decided, hash_of, now)
 
 
 def compiled_view(

@@ -13,8 +13,10 @@ from sqlalchemy import func, select
 from proxy.store import AmbiguousPrefix, RequestRef, Store
 from proxy.store.models import EntryRow, ExchangeRow, MessageRow
 from proxy.store.request import NewRequest
+from proxy.store.states import Decisions
 from proxy.testing.postgres import postgres_database
 from strategies.messages import message_hash, original_ref
+from strategies.state import Form, ViewState
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 60}
 EVENT = {
@@ -266,8 +268,36 @@ def test_a_continuing_turn_adds_its_new_messages_once(store: Store) -> None:
     assert [x.seq for x in store.list_exchanges("s1") or []] == [1, 2, 3, 4]
 
 
-def test_32_concurrent_requests_on_one_session_lose_nothing(store: Store) -> None:
+def test_a_compacted_continuing_turn_keeps_its_view_state_and_rewritten_messages(
+    store: Store,
+) -> None:
+    history = [SYSTEM, user("fix the bug"), assistant("which one?")]
+    finish(store, record(store, history[:2]), history[2])
+    history.append(user("the parser"))
+    marker = assistant("[elided: which one?]")
+    folded = [SYSTEM, user("fix the bug"), marker, user("the parser")]
+    items = (0, 1, Form(2, "elided", marker), 3)
+    state = ViewState(4, items, view_tokens=50, original_tokens=80)
+    decided = Decisions(state, factor=1.1, raw_prompt=90, tokens_original=80)
+    ref = record(store, history, compiled=folded, decided=decided)
+
+    assert (ref.seq, ref.new_messages) == (2, 1)
+    x = store.get_exchange("s1", 2)
+    assert x is not None and x.compiled_request["messages"] == folded
+    prior = store.load_state("s1", [message_hash(m) for m in history])
+    assert prior is not None and prior.state == state and prior.factor == 1.1
+    # The exchange holds its rewritten message: deleting the session takes that one too.
+    assert store.delete_session("s1")
+    assert store.get_message(message_hash(marker)) is None
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["new", "stored"])
+def test_32_concurrent_requests_on_one_session_lose_nothing(store: Store, stored: bool) -> None:
     shared = [SYSTEM, user("start"), assistant("ok")]
+    before = 0
+    if stored:  # the shared history was a turn already: each request continues it
+        finish(store, record(store, shared[:2]), shared[2])
+        before = 1
     barrier, errors, refs = threading.Barrier(32), [], []
     lock = threading.Lock()
 
@@ -288,15 +318,16 @@ def test_32_concurrent_requests_on_one_session_lose_nothing(store: Store) -> Non
         t.join()
 
     assert errors == []
-    assert sorted(r.seq for _, r in refs) == list(range(1, 33))
+    assert sorted(r.seq for _, r in refs) == list(range(1 + before, 33 + before))
     assert count(store, EntryRow.id) == len(shared) + 32 + 32
-    assert count(store, ExchangeRow.id) == 32
+    assert count(store, ExchangeRow.id) == 32 + before
     for i, ref in refs:
         x = store.get_exchange("s1", ref.seq)
         assert x is not None and x.request["messages"][-1] == user(f"parallel call {i}")
         assert x.response == assistant(f"answer {i}")
     detail = store.get_session("s1")
-    assert detail is not None and detail.session.turns == 32 and detail.branch_count == 32
+    assert detail is not None and detail.session.turns == 32 + before
+    assert detail.branch_count == 32
 
 
 def test_two_stores_on_one_sqlite_file_share_it_like_two_processes(tmp_path: Path) -> None:
