@@ -124,6 +124,10 @@ class RawUpstream:
         elif model == "close-later":  # a clean answer, then the idle connection closed
             w.write(response(echo(body)))
             asyncio.get_running_loop().call_later(0.01, self._close, w)
+        elif model == "drop-next":  # the first request on a connection answered; the next read,
+            if getattr(w, "served", 0) > 1:  # then the connection closed (its idle timeout ran
+                return False  # out as the request came in)
+            w.write(response(echo(body)))
         elif model in ("stray-copy", "spray"):
             # A clean answer, then (always, or half the time) an unsolicited copy of it on the
             # same keep-alive connection: whoever reads it next got someone else's answer.

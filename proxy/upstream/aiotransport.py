@@ -21,6 +21,7 @@ import asyncio
 import select
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any
 
@@ -107,17 +108,27 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         headers: Headers,
         t: dict[str, Any],
     ) -> aiohttp.ClientResponse:
-        try:
-            return await self._client().request(
-                request.method,
-                yarl_url(str(request.url)),
-                data=body or None,
-                headers=headers,
-                allow_redirects=False,
-                timeout=client_timeout(t.get("connect"), t.get("read")),
-            )
-        except Exception as exc:
-            raise mapped(exc, request) from exc
+        for attempt in (1, 2):
+            REUSED.set(False)
+            try:
+                return await self._client().request(
+                    request.method,
+                    yarl_url(str(request.url)),
+                    data=body or None,
+                    headers=headers,
+                    allow_redirects=False,
+                    timeout=client_timeout(t.get("connect"), t.get("read")),
+                )
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # A kept-alive connection the upstream closed as the request went out on it
+                # (its idle timeout): no answer began, so the request goes once more, on a
+                # connection that is open. A new connection's failure is the upstream's.
+                closed = not isinstance(exc, aiohttp.ClientConnectorError)
+                if not (attempt == 1 and closed and REUSED.get()):
+                    raise mapped(exc, request) from exc
+            except Exception as exc:
+                raise mapped(exc, request) from exc
+        raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -153,6 +164,7 @@ class _CheckedConnector(aiohttp.TCPConnector):
             if proto is not None and clean(proto):
                 uses = getattr(conn.protocol, USES, 0) + 1
                 setattr(conn.protocol, USES, uses)  # _CheckedBody: not its answer's any more
+                REUSED.set(True)
                 return conn
             conn.close()
         return None
@@ -177,6 +189,8 @@ def readable(transport: asyncio.BaseTransport | None) -> bool:
 
 
 REST_S = 0.05  # s: a pooled connection rests this long after its answer before it is reused
+# Whether this request's connection came from the pool (set in the request's own task).
+REUSED: ContextVar[bool] = ContextVar("ctxproxy_reused", default=False)
 USES = "ctxproxy_uses"  # on a connection's protocol: how often the pool handed it out again
 
 

@@ -13,7 +13,11 @@ from proxy.upstream.transport import CheckedTransport
 
 Origin = tuple[bytes, bytes, int | None]
 # Anything not addressed to a configured upstream (none today) gets a small pool of its own.
-OTHER = httpx.Limits(max_connections=16, max_keepalive_connections=4)
+# An idle connection is closed before the model servers close theirs (uvicorn's, so vLLM's, and
+# cpp-httplib's, so llama.cpp's, after 5 s): a request then never goes out on a socket the server
+# is closing at that moment.
+KEEPALIVE_S = 4.0
+OTHER = httpx.Limits(max_connections=16, max_keepalive_connections=4, keepalive_expiry=KEEPALIVE_S)
 
 
 def origin(url: httpx.URL) -> Origin:
@@ -30,6 +34,7 @@ class UpstreamPools(httpx.AsyncBaseTransport):
             limits = httpx.Limits(
                 max_connections=u.max_connections,
                 max_keepalive_connections=min(u.max_connections, 64),
+                keepalive_expiry=KEEPALIVE_S,
             )
             url = httpx.URL(u.base_url)
             # aiohttp's client behind httpx's interface, with upstream/aiotransport.py's checks.

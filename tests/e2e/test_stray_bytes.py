@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proxy.errors import ProxyError
 from proxy.settings import Upstream
 from proxy.testing.rawupstream import RawUpstream
 from proxy.upstream import send as up
@@ -86,6 +87,40 @@ def test_an_idle_connection_the_upstream_closed_meanwhile_is_not_reused(
 
     assert asyncio.run(scenario()) == ["echo: first", "echo: second"]
     assert [b["messages"][0]["content"] for b in raw.requests] == ["first", "second"]
+
+
+def test_a_request_on_a_connection_the_upstream_closes_as_it_arrives_goes_once_more(
+    raw: RawUpstream,
+) -> None:
+    # The upstream's idle timeout runs out just as the next request goes out on its kept-alive
+    # connection: no answer began, so the request is sent again on a new connection, not a 502.
+    upstream = Upstream(name="raw", base_url=raw.url)
+
+    async def scenario() -> list[str]:
+        async with UpstreamClient(UpstreamPools([upstream])) as client:
+            got = [await answer(client, upstream, "drop-next", "first")]
+            await asyncio.sleep(0.1)  # past REST_S: the pool hands the same connection out
+            got.append(await answer(client, upstream, "drop-next", "second"))
+            return got
+
+    assert asyncio.run(scenario()) == ["echo: first", "echo: second"]
+    sent = [b["messages"][0]["content"] for b in raw.requests]
+    assert sent == ["first", "second", "second"]  # closed on the kept one, answered on a new one
+
+
+def test_a_new_connection_closed_without_an_answer_is_the_upstreams_fault(
+    raw: RawUpstream,
+) -> None:
+    upstream = Upstream(name="raw", base_url=raw.url)
+
+    async def scenario() -> None:
+        async with UpstreamClient(UpstreamPools([upstream])) as client:
+            await answer(client, upstream, "fault:closed-before-answer", "only")
+
+    with pytest.raises(ProxyError) as caught:
+        asyncio.run(scenario())
+    assert caught.value.status == 502
+    assert len(raw.requests) == 1  # not sent again: a new connection's failure is not a race
 
 
 def spray(proxy: str, clients: int, seconds: float) -> tuple[int, int, int]:
