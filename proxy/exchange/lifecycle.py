@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,6 +43,7 @@ from proxy.sessions.identify import identify
 from proxy.sessions.owners import client_key_id
 from proxy.settings import Upstream
 from proxy.upstream import send as up
+from strategies.budget import transient
 
 if TYPE_CHECKING:  # both import this module
     from proxy.exchange.wire import Wire
@@ -49,6 +51,9 @@ if TYPE_CHECKING:  # both import this module
 
 log = logging.getLogger("ctxproxy.exchange")
 T = TypeVar("T")
+# A history this long fills no cache (strategies/budget.py's `transient`): its millions of small
+# objects, kept here and there by a cache, would pin their heap's pages long after the request.
+TRANSIENT_MESSAGES = 20_000
 
 
 async def run(
@@ -63,8 +68,11 @@ async def run(
     `wire` (proxy/exchange/wire.py) is how an exchange that came in on another API than chat
     completions is forwarded and answered; `body` is then its neutral form."""
     timing = Timing(time.monotonic())
+    messages = body.get("messages")
+    many = isinstance(messages, list) and len(messages) >= TRANSIENT_MESSAGES
     try:
-        return await _exchange(request, body, services, session, wire, timing)
+        with transient() if many else nullcontext():
+            return await _exchange(request, body, services, session, wire, timing)
     except ProxyError as exc:  # an error answer says what ctxproxy cost too
         exc.headers = {**(exc.headers or {}), "server-timing": timing.header()}
         raise

@@ -129,3 +129,22 @@ def test_a_request_too_large_to_be_a_working_set_fills_no_cache(
     assert kept > before
     assert chat(proxy, history(2, 40, chars=6_000)).status_code == 200  # ~240 KB: none kept
     assert stats(proxy)["used_bytes"] == kept
+
+
+def test_a_history_of_very_many_messages_fills_no_cache(
+    start_proxy: Callable[[Settings], ServerThread],
+    settings_for: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from proxy.exchange import lifecycle
+
+    monkeypatch.setattr(lifecycle, "TRANSIENT_MESSAGES", 60)
+    proxy = start_proxy(settings_for())
+    assert chat(proxy, history(0, 4)).status_code == 200
+    before = stats(proxy)["used_bytes"]
+    assert chat(proxy, history(1, 4, chars=100)).status_code == 200  # 9 messages: kept
+    kept = stats(proxy)["used_bytes"]
+    assert kept > before
+    many = history(2, 40, chars=100)  # 81 small messages (~20 KB): none kept
+    assert chat(proxy, many).status_code == 200
+    assert stats(proxy)["used_bytes"] == kept
