@@ -22,6 +22,8 @@ from typing import Any
 from bench import histories, loadgen, spawn, stub, tabulate
 from bench.overhead import rss_mb
 
+IDLE_S = 5.0  # s after the last answer: RSS with no request in flight
+
 
 def session_start(session: int) -> list[dict[str, Any]]:
     """Session `session`'s first request: its own task."""
@@ -104,6 +106,9 @@ async def soak(target: loadgen.Target, sessions: int, turns: int, requests: int)
     finally:
         sampler.cancel()
     samples.append((time.monotonic() - started, done[0], rss_mb(target.server.proc.pid)))
+    # Once nothing is in flight: what the process keeps, apart from the requests' working set.
+    await asyncio.sleep(IDLE_S)
+    idle = rss_mb(target.server.proc.pid)
     total = requests
     half = next(rss for _, n, rss in samples if n >= total // 2)
     end = samples[-1][2]
@@ -118,6 +123,7 @@ async def soak(target: loadgen.Target, sessions: int, turns: int, requests: int)
         "rss_half_mb": half,
         "rss_end_mb": end,
         "second_half_growth_pct": (end - half) / half * 100,
+        "rss_idle_mb": idle,
         "samples": samples,
     }
 
@@ -209,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['seconds']:.0f} s, p50 {result['p50_ms']:.1f} ms per turn; RSS "
         f"{result['rss_start_mb']:.0f} → {result['rss_half_mb']:.0f} MiB at half-way → "
         f"{result['rss_end_mb']:.0f} MiB ({result['second_half_growth_pct']:+.1f}% over the "
-        "second half)"
+        f"second half); {result['rss_idle_mb']:.0f} MiB {IDLE_S:.0f} s after the last answer"
     )
     for error in result["errors"]:
         print(f"failed turn: {error}")
