@@ -733,8 +733,7 @@ def main(argv: list[str] | None = None) -> int:
                     else peer_proxies.start_peer(p, wd, upstream)
                 )
                 servers.append(server)
-                key = peer_proxies.LITELLM_KEY if p.name == "litellm" else "unused"
-                targets.append(loadgen.Target(p.name, server, {"Authorization": f"Bearer {key}"}))
+                targets.append(loadgen.Target(p.name, server, peer_proxies.headers(p)))
         data["peers"] = {p.name: p.spec for p in peers}
         texts, data = asyncio.run(run(targets, sizes, plan, parts, data, [p.name for p in peers]))
     finally:

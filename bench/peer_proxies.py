@@ -75,6 +75,12 @@ def pick(names: list[str] | None) -> list[Peer]:
     return [p for p in PEERS if names is None or p.name in names]
 
 
+def headers(peer: Peer) -> dict[str, str]:
+    """The headers a client sends the peer (LiteLLM wants its master key)."""
+    key = LITELLM_KEY if peer.name == "litellm" else "unused"
+    return {"Authorization": f"Bearer {key}"}
+
+
 def setup_peer(peer: Peer, log: Callable[[str], None] = print) -> str | None:
     """Install the peer into its own venv under CACHE (once); returns an error or None."""
     if peer.installed():

@@ -105,8 +105,8 @@ def inline_threadpool() -> None:
 
     # Every stage module that hops to a thread (the checks of a long history in prepare too).
     for name, mod in list(sys.modules.items()):
-        if name.startswith("proxy.") and hasattr(mod, "run_in_threadpool"):
-            mod.run_in_threadpool = inline
+        if name.startswith("proxy.") and hasattr(mod, "hop"):
+            mod.hop = inline
 
 
 async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool) -> float:

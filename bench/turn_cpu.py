@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from bench import histories, loadgen, overhead_agents, spawn, tabulate
+from bench import histories, loadgen, overhead_agents, peer_proxies, spawn, tabulate
 from bench import overhead as o
 
 PROFILES = ("claude", "codex", "8k", "tiny", "growth-20", "growth-2000")
@@ -70,13 +70,20 @@ async def block(t: loadgen.Target, load: Any, n: int) -> tuple[float, list[float
 
 def spy(pid: int, seconds: float, out: Path) -> subprocess.Popen:
     exe = str(Path(sys.executable).with_name("py-spy"))
-    argv = [exe, "record", "-p", str(pid), "-f", "raw", "-o", str(out), "-r", "250"]
+    argv = [exe, "record", "-p", str(pid), "-f", "raw", "-o", str(out), "-r", "250", "--gil"]
     return subprocess.Popen([*argv, "-d", str(max(1, int(seconds)))], stdout=subprocess.DEVNULL)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.turn_cpu", description=__doc__)
     ap.add_argument("--before", type=Path, help="an older tree to run beside (as-is)")
+    ap.add_argument(
+        "--peers",
+        nargs="+",
+        default=[],
+        choices=[p.name for p in peer_proxies.PEERS],
+        help="peer proxies to run beside (chat profiles only; installed by bench.overhead --setup)",
+    )
     ap.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES[:4]))
     ap.add_argument("--requests", type=int, default=100, help="per block")
     ap.add_argument("--rounds", type=int, default=6)
@@ -91,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.before:
             servers.append(o.start_before(args.before, wd, servers[0], as_is=True))
             targets.append(loadgen.Target("before", servers[-1]))
+        for peer in peer_proxies.pick(args.peers):
+            servers.append(peer_proxies.start_peer(peer, wd, servers[0]))
+            targets.append(loadgen.Target(peer.name, servers[-1], peer_proxies.headers(peer)))
         for s in servers:
             if s.error:
                 raise RuntimeError(s.error)
@@ -103,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 order = targets if r % 2 == 0 else targets[::-1]
                 for t in order:
+                    if t.name in args.peers and path != "/v1/chat/completions":
+                        continue
                     t = loadgen.Target(t.name, t.server, t.headers, path)
                     watch = None
                     if args.spy == profile and t.name == "ctxproxy" and r == 0 and t.server.proc:
