@@ -15,7 +15,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp
 
@@ -41,6 +40,7 @@ from proxy.http.hot import Hot
 from proxy.http.memory import ReturnMemory, tune_malloc
 from proxy.http.plain import PlainRoute
 from proxy.observe.metrics import Metrics, RequestMetrics
+from proxy.offload import hop
 from proxy.services import Services
 from proxy.settings import Settings
 from proxy.store import Store
@@ -64,11 +64,11 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         tune_malloc()
         caches.SHARED.resize(settings.cache_mb << 20)
         store = Store(settings.database_url)
-        if await run_in_threadpool(store.needs_upgrade):
-            await run_in_threadpool(store.upgrade)
-        await run_in_threadpool(store.ids_key)  # read once here, off the answers' path
+        if await hop(store.needs_upgrade):
+            await hop(store.upgrade)
+        await hop(store.ids_key)  # read once here, off the answers' path
         liveness = Liveness(store)
-        await run_in_threadpool(liveness.start)
+        await hop(liveness.start)
         pools = transport or UpstreamPools(settings.upstreams)
         try:
             async with UpstreamClient(pools) as client:
@@ -83,7 +83,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
                 )
                 yield
         finally:
-            await run_in_threadpool(liveness.stop)
+            await hop(liveness.stop)
             store.close()
 
     app_metrics = Metrics()  # per app, not a global registry: tests build many apps

@@ -7,11 +7,11 @@ from dataclasses import dataclass, replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
-from starlette.concurrency import run_in_threadpool
 
 from proxy.errors import BadRequest, NotFound
 from proxy.http.access import Viewer, ViewerDep, audit_viewer
 from proxy.http.deps import ServicesDep
+from proxy.offload import hop
 from proxy.recall import tool as recall
 from proxy.store import (
     AmbiguousPrefix,
@@ -52,7 +52,7 @@ async def check_session(services: ServicesDep, viewer: Viewer, session_id: str) 
     """404 for a session that does not exist or that another client key made."""
     if viewer.admin:
         return
-    found, owner = await run_in_threadpool(services.store.session_owner, session_id)
+    found, owner = await hop(services.store.session_owner, session_id)
     if not found:
         raise _no_session(session_id)
     viewer.check_owner(owner, session_id)
@@ -62,13 +62,13 @@ async def check_session(services: ServicesDep, viewer: Viewer, session_id: str) 
 async def list_sessions(
     services: ServicesDep, viewer: ViewerDep, limit: Limit = 50, offset: Offset = 0
 ) -> SessionPage:
-    return await run_in_threadpool(services.store.list_sessions, limit, offset, viewer.key_id)
+    return await hop(services.store.list_sessions, limit, offset, viewer.key_id)
 
 
 @router.get("/sessions/{session_id}", summary="One session with its totals")
 async def get_session(session_id: str, services: ServicesDep, viewer: ViewerDep) -> SessionDetail:
     await check_session(services, viewer, session_id)
-    found = await run_in_threadpool(services.store.get_session, session_id)
+    found = await hop(services.store.get_session, session_id)
     if found is None:
         raise _no_session(session_id)
     return found
@@ -86,7 +86,7 @@ async def get_history(
     """The latest branch (the newest exchange's request and answer), or the branch ending at
     `leaf`; `branches` lists where each stored branch ends."""
     await check_session(services, viewer, session_id)
-    found = await run_in_threadpool(services.store.get_history, session_id, leaf)
+    found = await hop(services.store.get_history, session_id, leaf)
     if found is None:
         raise NotFound(f"No session '{session_id}'" + ("" if leaf is None else f" with {leaf}"))
     return found
@@ -104,7 +104,7 @@ async def list_exchanges(
     `seq`; `turn` numbers the histories sent, and `retry_of` names the first request of a
     history sent again (an SDK retry after a failure, a regenerate)."""
     await check_session(services, viewer, session_id)
-    found = await run_in_threadpool(services.store.page_exchanges, session_id, limit, offset)
+    found = await hop(services.store.page_exchanges, session_id, limit, offset)
     if found is None:
         raise _no_session(session_id)
     return found
@@ -118,7 +118,7 @@ async def get_exchange(
     session_id: str, seq: Seq, services: ServicesDep, viewer: ViewerDep
 ) -> ExchangeDetail:
     await check_session(services, viewer, session_id)
-    found = await run_in_threadpool(services.store.get_exchange, session_id, seq)
+    found = await hop(services.store.get_exchange, session_id, seq)
     found = found and recall.as_forwarded(found)
     if found is None:
         raise NotFound(f"No exchange {seq} in session '{session_id}'", param="seq")
@@ -132,7 +132,7 @@ async def get_message(ref: str, services: ServicesDep, viewer: ViewerDep) -> Sto
     if not HASH_PREFIX.fullmatch(ref):
         raise BadRequest("A message reference is 12 to 64 hex characters", param="hash")
     try:
-        found = await run_in_threadpool(services.store.get_message, ref, viewer.key_id)
+        found = await hop(services.store.get_message, ref, viewer.key_id)
     except AmbiguousPrefix:
         raise BadRequest(
             f"'{ref}' is the prefix of several messages; give more of the hash",
@@ -149,7 +149,7 @@ async def get_message(ref: str, services: ServicesDep, viewer: ViewerDep) -> Sto
 )
 async def delete_session(session_id: str, services: ServicesDep, viewer: ViewerDep) -> Deleted:
     await check_session(services, viewer, session_id)
-    if not await run_in_threadpool(services.store.delete_session, session_id):
+    if not await hop(services.store.delete_session, session_id):
         raise _no_session(session_id)
     return Deleted(session_id, True)
 
@@ -158,5 +158,5 @@ async def delete_session(session_id: str, services: ServicesDep, viewer: ViewerD
 async def stats(services: ServicesDep, viewer: ViewerDep) -> Stats:
     """Across every session: the admin key only, once api_keys is set."""
     viewer.require_admin()
-    totals = await run_in_threadpool(services.store.stats)
+    totals = await hop(services.store.stats)
     return replace(totals, caches=SHARED.report())

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from proxy.api.audit import HASH_PREFIX
@@ -13,6 +12,7 @@ from proxy.errors import BadRequest, NotFound
 from proxy.exchange import compress
 from proxy.http.deps import ClientAuth, ServicesDep
 from proxy.http.plain import plain_routes
+from proxy.offload import hop
 from proxy.sessions.owners import client_key_id
 from proxy.store import AmbiguousPrefix
 
@@ -33,7 +33,7 @@ async def retrieve(ref: str, request: Request, services: ServicesDep) -> dict[st
         raise BadRequest("A reference is /messages/<12 to 64 hex characters>", param="ref")
     owner = client_key_id(request, services.settings.api_keys)
     try:
-        found = await run_in_threadpool(services.store.get_message, digest, owner)
+        found = await hop(services.store.get_message, digest, owner)
     except AmbiguousPrefix:
         raise BadRequest(
             f"'{digest}' is the prefix of several messages; give more of the hash", param="ref"

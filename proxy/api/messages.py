@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from proxy.compile.view import compile_request
@@ -15,6 +14,7 @@ from proxy.formats import anthropic
 from proxy.formats.chat import parse_chat
 from proxy.http.deps import ClientAuth, JsonBody, ServicesDep
 from proxy.http.plain import plain_routes
+from proxy.offload import hop
 
 router = APIRouter(dependencies=[ClientAuth])
 PATHS = ("/v1/messages", "/s/{session}/v1/messages")
@@ -50,7 +50,7 @@ async def count_tokens(
         raise ModelNotFound(chat.model)
     window = await services.windows.window(upstream, chat.model)
     try:
-        compiled = await run_in_threadpool(
+        compiled = await hop(
             lambda: compile_request(
                 neutral,
                 window=window,

@@ -16,7 +16,6 @@ import jinja2
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from proxy.api.audit import Seq, check_session
@@ -24,6 +23,7 @@ from proxy.compile.tokens import TokenCounter
 from proxy.errors import Unauthorized
 from proxy.http.access import Viewer, audit_viewer
 from proxy.http.deps import ServicesDep
+from proxy.offload import hop
 from proxy.recall import tool as recall
 from proxy.ui import chart, compare, firing
 from strategies.messages import message_hash
@@ -109,11 +109,11 @@ async def sessions_page(
     request: Request, services: ServicesDep, viewer: UiViewer, page: Page = 1
 ) -> HTMLResponse:
     per, mine = SESSIONS_PER_PAGE, viewer.key_id
-    found = await run_in_threadpool(services.store.list_sessions, per, (page - 1) * per, mine)
+    found = await hop(services.store.list_sessions, per, (page - 1) * per, mine)
     pager = _pager(page, per, found.total)
     if pager.page != page:  # past the end: show the last page
         offset = (pager.page - 1) * per
-        found = await run_in_threadpool(services.store.list_sessions, per, offset, mine)
+        found = await hop(services.store.list_sessions, per, offset, mine)
     return _render(request, "sessions.html", sessions=found.data, pager=pager)
 
 
@@ -127,13 +127,11 @@ async def session_page(
     scale: Literal["auto", "linear", "log"] = "auto",
 ) -> HTMLResponse:
     await check_session(services, viewer, session_id)
-    detail = await run_in_threadpool(services.store.get_session, session_id)
+    detail = await hop(services.store.get_session, session_id)
     if detail is None:
         return _missing(request, f"No session “{session_id}”", session_id=None)
     pager = _pager(page, TURNS_PER_PAGE, detail.session.totals.exchanges)
-    turns = await run_in_threadpool(
-        services.store.list_exchanges, session_id, TURNS_PER_PAGE, pager.first - 1
-    )
+    turns = await hop(services.store.list_exchanges, session_id, TURNS_PER_PAGE, pager.first - 1)
     return _render(
         request,
         "session.html",
@@ -157,9 +155,9 @@ async def exchange_page(
     show: Literal["all", "changed"] = "all",
 ) -> HTMLResponse:
     await check_session(services, viewer, session_id)
-    x = await run_in_threadpool(services.store.get_exchange, session_id, seq)
+    x = await hop(services.store.get_exchange, session_id, seq)
     x = x and recall.as_forwarded(x)
-    last = await run_in_threadpool(services.store.last_seq, session_id)
+    last = await hop(services.store.last_seq, session_id)
     if x is None:
         known = session_id if last else None
         return _missing(request, f"No request {seq} in this session", session_id=known, last=last)
@@ -167,7 +165,7 @@ async def exchange_page(
     compiled = x.compiled_request.get("messages", [])
     refused = x.exchange.error_code == "context_length_exceeded"
     unsent = x.error is not None and not compiled  # refused before anything went upstream
-    rows = await run_in_threadpool(compare.align, original, compiled)
+    rows = await hop(compare.align, original, compiled)
     fired = await _firing(services, x, original, compiled, rows)
     if unsent:
         rows = [dataclasses.replace(r, status="unsent") for r in rows]
@@ -210,11 +208,11 @@ async def _firing(
     e = x.exchange
     if not e.phases or e.seq < 2 or not compiled:
         return None
-    before = await run_in_threadpool(services.store.get_exchange, e.session_id, e.seq - 1)
+    before = await hop(services.store.get_exchange, e.session_id, e.seq - 1)
     if before is None:
         return None
     previous = (before.request.get("messages", []), before.compiled_request.get("messages", []))
-    return await run_in_threadpool(firing.firing, previous, original, compiled, rows)
+    return await hop(firing.firing, previous, original, compiled, rows)
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
-
 from proxy.exchange import pairing
 from proxy.exchange.privacy import without_identity
 from proxy.formats.chat import ChatHead, chat_head
+from proxy.offload import hop
 from proxy.sessions import conversations
 
 # Up to this many messages the checks take well under a millisecond: the thread hop would cost
@@ -24,7 +23,7 @@ async def prepare(
     identity fields go only with `identity` (they still name the session, from `body`)."""
     messages = body.get("messages")
     if isinstance(messages, list) and len(messages) > OFF_LOOP_MESSAGES:
-        return await run_in_threadpool(_checked_ahead, body, policy, identity)
+        return await hop(_checked_ahead, body, policy, identity)
     return _checked(body, policy, identity)
 
 

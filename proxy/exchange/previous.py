@@ -15,9 +15,8 @@ import hashlib
 import hmac
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
-
 from proxy.errors import BadRequest
+from proxy.offload import hop
 from proxy.store import Store
 
 PREFIX = "resp_"
@@ -74,10 +73,10 @@ def _parse(response_id: str, key: bytes) -> tuple[str, int] | None:
 
 async def history(store: Store, response_id: str, owner: str | None) -> tuple[str, list[dict]]:
     """The session and neutral history that `response_id` ended: its request, then its answer."""
-    found = _parse(response_id, await run_in_threadpool(store.ids_key))
+    found = _parse(response_id, await hop(store.ids_key))
     if found and (owner is None or found[0].startswith(owner + ":")):
         session, number = found
-        detail = await run_in_threadpool(store.get_exchange, session, number)
+        detail = await hop(store.get_exchange, session, number)
         if (
             detail is not None
             and detail.response is not None

@@ -6,9 +6,8 @@ from __future__ import annotations
 import logging
 import time
 
-from starlette.concurrency import run_in_threadpool
-
 from proxy.formats.chat_stream import StreamAssembler
+from proxy.offload import hop
 from proxy.store import RequestRef, Store
 
 log = logging.getLogger("ctxproxy.progress")
@@ -31,6 +30,6 @@ class Progress:
             return
         self._last = now
         try:
-            await run_in_threadpool(self.store.save_progress, self.ref, answer.message())
+            await hop(self.store.save_progress, self.ref, answer.message())
         except Exception:
             log.exception("saving a stream's progress failed")

@@ -14,11 +14,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from starlette.concurrency import run_in_threadpool
 
 from proxy.compile.tokens import REPLY_PRIMING
 from proxy.compile.view import Compiled
 from proxy.errors import UpstreamInvalid
+from proxy.offload import hop
 from proxy.recall import tool as recall
 from proxy.settings import Upstream
 from proxy.store import RequestRef
@@ -112,7 +112,7 @@ class Rounds:
             got = recall.Recalled(OUT_OF_TIME, "timeout")
         else:
             seconds = min(self.settings.call_seconds, left)
-            got = await run_in_threadpool(self._run, arguments, self.room() - keep, seconds)
+            got = await hop(self._run, arguments, self.room() - keep, seconds)
             self.answered += 1
         elapsed = time.monotonic() - started
         self.searching += elapsed
@@ -169,7 +169,7 @@ class Rounds:
         if self.ref is None:
             return
         try:
-            await run_in_threadpool(self.services.store.save_recalls, self.ref, list(self.records))
+            await hop(self.services.store.save_recalls, self.ref, list(self.records))
         except Exception:  # the record is kept for the audit; the answer goes on without it
             log.exception("saving a round's recall calls failed")
 

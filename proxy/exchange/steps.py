@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
-from starlette.concurrency import run_in_threadpool
 
 from proxy.compile.calibrate import Opened, exact_prompt_tokens, next_factor
 from proxy.compile.view import (
@@ -32,6 +31,7 @@ from proxy.exchange.guards import answer_json
 from proxy.exchange.rounds import Rounds, folded
 from proxy.formats.chat_stream import MAX_CHOICES
 from proxy.observe.timing import Timing
+from proxy.offload import hop
 from proxy.recall.followed import mark_rereads
 from proxy.sessions.identify import SessionKey
 from proxy.settings import Upstream
@@ -86,7 +86,7 @@ class Exchange:
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this exchange's view starts from."""
         fresh = sendable["messages"] is not body["messages"]  # a repaired history compiles afresh
-        self.hashes, self.prior = await run_in_threadpool(
+        self.hashes, self.prior = await hop(
             self._hash_and_load, session_id, body["messages"], fresh
         )
 
@@ -142,7 +142,7 @@ class Exchange:
             with self.timing.span("store"):
                 await self.record(key, body, upstream.name, compiled)
             return compiled
-        return await run_in_threadpool(self._open, key, bodies, upstream.name, window, factor)
+        return await hop(self._open, key, bodies, upstream.name, window, factor)
 
     def _open(
         self,
@@ -164,7 +164,7 @@ class Exchange:
 
     async def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
         """Off the event loop: a long history's first compile can take a while."""
-        return await run_in_threadpool(self._compile, body, window, factor)
+        return await hop(self._compile, body, window, factor)
 
     def _compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
         self.factor = factor
@@ -293,7 +293,7 @@ class Exchange:
             raise
         self.sent = compiled
         if self.ref is not None:
-            await run_in_threadpool(
+            await hop(
                 self.store.replace_compiled,
                 self.ref,
                 self.messages,
@@ -324,7 +324,7 @@ class Exchange:
         if refused is not None:  # nothing is sent; keep what it needed against which budget
             counter = self.services.counter.corrected(self.factor)
             settings = self.services.settings.compaction
-            whole = await run_in_threadpool(  # counted as the refusal was: tools it reserved too
+            whole = await hop(  # counted as the refusal was: tools it reserved too
                 compile_request, counted or body, window=None, settings=settings, counter=counter
             )
             compiled = Compiled(
@@ -332,7 +332,7 @@ class Exchange:
             )
             self.refused = compiled
         new = self._new_request(key, body, upstream, compiled)
-        self.ref = await run_in_threadpool(self.store.record_request, new)
+        self.ref = await hop(self.store.record_request, new)
 
     def _new_request(
         self, key: SessionKey, body: dict[str, Any], upstream: str, compiled: Compiled | None
@@ -417,7 +417,7 @@ class Exchange:
             self.store.expect_finish(self.ref.session_id)
             self._pending.append(functools.partial(write, expected=True))
         else:
-            await run_in_threadpool(write)
+            await hop(write)
             self._recorded()
         exchange_finished(self, status, now, first, response, partial, error)
 
@@ -425,7 +425,7 @@ class Exchange:
         """Write the records deferred while the answer was sent; from now on, at once."""
         self.deferring = False
         while self._pending:
-            await run_in_threadpool(self._pending.pop(0))
+            await hop(self._pending.pop(0))
         self._recorded()
 
     def _recorded(self) -> None:

@@ -8,11 +8,11 @@ import hmac
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
-from starlette.concurrency import run_in_threadpool
 
 from proxy.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from proxy.exchange.observing import RAW_BODY
 from proxy.formats.chat import parse_json
+from proxy.offload import hop
 from proxy.sessions.owners import client_token
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ async def json_body(request: Request, services: ServicesDep) -> dict[str, Any]:
     raw = await read_body(request, services.settings.max_body_bytes)
     request.scope[RAW_BODY] = raw  # observe mode forwards these very bytes
     if len(raw) > OFF_LOOP_BYTES:
-        return await run_in_threadpool(parse_json, raw)
+        return await hop(parse_json, raw)
     return parse_json(raw)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from functools import lru_cache
@@ -110,7 +111,7 @@ async def send(
         content, json = encode_json(json), None
     if content is not None:
         headers["content-type"] = "application/json"
-    deadline = anyio.current_time() + upstream.total_timeout
+    deadline = asyncio.get_running_loop().time() + upstream.total_timeout
     target = parsed(url) if params is None else url
     pool = client.direct(parsed(upstream.base_url)) if isinstance(client, UpstreamClient) else None
     if pool is None:
@@ -126,7 +127,7 @@ async def send(
     if not within_base(req.url, upstream):
         raise BadRequest("Invalid path: it leaves the upstream's base URL", param="path")
     try:
-        with anyio.fail_after(upstream.total_timeout):
+        async with asyncio.timeout(upstream.total_timeout):
             if pool is None:
                 return await client.send(req, stream=stream)
             r = await pool.open(req, content, headers)
@@ -232,7 +233,7 @@ def over_deadline(upstream: Upstream) -> UpstreamTimeout:
 
 def remaining(r: httpx.Response) -> float:
     deadline = r.request.extensions.get(DEADLINE)
-    return float("inf") if deadline is None else deadline - anyio.current_time()
+    return float("inf") if deadline is None else deadline - asyncio.get_running_loop().time()
 
 
 def malformed(upstream: Upstream, exc: httpx.HTTPError) -> UpstreamInvalid:
@@ -252,7 +253,8 @@ async def read(r: httpx.Response, upstream: Upstream) -> bytes:
     if r.is_stream_consumed:
         return r.content
     try:
-        with anyio.fail_after(max(0.0, remaining(r))):
+        left = remaining(r)  # asyncio's own timeout: anyio's looks up the async library each time
+        async with asyncio.timeout(None if left == float("inf") else max(0.0, left)):
             parts, size = [], 0
             async for part in r.aiter_raw():
                 size += len(part)
