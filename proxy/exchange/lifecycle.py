@@ -31,7 +31,7 @@ from proxy.errors import (
 from proxy.exchange.disconnect import Watch
 from proxy.exchange.guards import overflow_of, read_checked, unless_gone
 from proxy.exchange.observing import HEADER as MODE_HEADER
-from proxy.exchange.observing import observing
+from proxy.exchange.observing import RAW_BODY, observing
 from proxy.exchange.observing import send as send_observed
 from proxy.exchange.prepare import prepare
 from proxy.exchange.relay import relay
@@ -54,6 +54,10 @@ T = TypeVar("T")
 # A history this long fills no cache (strategies/budget.py's `transient`): its millions of small
 # objects, kept here and there by a cache, would pin their heap's pages long after the request.
 TRANSIENT_MESSAGES = 20_000
+# A request up to this long is stored and compiled on the event loop (on SQLite): ~1 ms for a
+# continuing turn, a few for a new session, where a thread hop costs a few tenths and, at many
+# clients, turns at the GIL with the loop. A body of unknown length (none read) is not.
+HERE_BYTES = 64 * 1024
 
 
 async def run(
@@ -96,6 +100,7 @@ async def _exchange(
     if upstream is None:
         raise ModelNotFound(chat.model)
     exchange = Exchange(services, timing, upstream.name, chat.model)
+    exchange.here = services.store.local and len(request.scope.get(RAW_BODY, b"")) <= HERE_BYTES
     exchange.observed = observing(request, settings)
     owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)

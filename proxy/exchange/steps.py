@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from proxy import offload
 from proxy.compile.calibrate import Opened, exact_prompt_tokens, next_factor
 from proxy.compile.view import (
     Compiled,
@@ -77,6 +78,9 @@ class Exchange:
         # Set once the answer is ready to go: its record is written after its bytes (flush).
         self.deferring = False
         self.watch: Watch | None = None  # the client watched for a disconnect, while it is
+        # Whether its store and compile run on the event loop: short work (a small request on
+        # SQLite), which a thread hop would cost more than it takes (offload.py).
+        self.here = False
         self._pending: list[Callable[[], None]] = []
         self.opened: tuple[str, Opened] | None = None  # until the answer is recorded
         self.observed = False  # observe mode: the client's request goes upstream as it came
@@ -142,7 +146,7 @@ class Exchange:
             with self.timing.span("store"):
                 await self.record(key, body, upstream.name, compiled)
             return compiled
-        return await hop(self._open, key, bodies, upstream.name, window, factor)
+        return await offload.run(self.here, self._open, key, bodies, upstream.name, window, factor)
 
     def _open(
         self,
@@ -425,7 +429,8 @@ class Exchange:
         """Write the records deferred while the answer was sent; from now on, at once."""
         self.deferring = False
         while self._pending:
-            await hop(self._pending.pop(0))
+            await offload.run(self.here, self._pending[0])
+            self._pending.pop(0)
         self._recorded()
 
     def _recorded(self) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from proxy import offload
 from proxy.store import direct, pipelined
 from proxy.store.held import Held
 
@@ -142,6 +143,14 @@ class FairLock:
         """Whether someone is waiting for the lock (read by its holder)."""
         return bool(self._waiting)
 
+    def acquire_now(self) -> bool:
+        """Take the lock if no one holds it; never wait."""
+        with self._guard:
+            if self._held:
+                return False
+            self._held = True
+            return True
+
     def __exit__(self, *exc: object) -> None:
         with self._guard:
             if self._waiting:
@@ -171,6 +180,12 @@ class Writer:
         if not self._sqlite or self._commits < CHECKPOINT_EVERY:
             return
         self._commits = 0
+        if offload.on_loop():  # it writes the database file and syncs it: not on the loop
+            offload.soon(self._checkpoint)
+        else:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
         raw = self.engine.raw_connection()
         try:
             raw.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").close()
@@ -183,15 +198,25 @@ class Writer:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        with self._lock:
+        """This process's write lock; on the event loop taken only if free (else WouldWait)."""
+        lock = self._lock
+        if not (isinstance(lock, FairLock) and offload.on_loop()):
+            with lock:
+                yield
+            return
+        if not lock.acquire_now():
+            raise offload.WouldWait("another thread holds the write lock")
+        try:
             yield
+        finally:
+            lock.__exit__()
 
     def run(self, work: Callable[[Session], T]) -> T:
         redone = False  # one more run for a connection found dead before COMMIT was sent
         for attempt in range(RETRIES):
             sent = False
             try:
-                with self._lock, Session(self.engine, expire_on_commit=False) as s:
+                with self.locked(), Session(self.engine, expire_on_commit=False) as s:
                     s.begin()
                     result = work(s)
                     sent = True
@@ -204,8 +229,7 @@ class Writer:
                     continue
                 if attempt == RETRIES - 1 or not _retryable(exc):
                     raise
-                log.info("store: retrying a write after %s", type(exc.orig).__name__)
-                time.sleep(0.01 * 2**attempt)
+                _pause(exc, attempt)
         raise AssertionError("unreachable")
 
     def run_core(
@@ -217,7 +241,7 @@ class Writer:
         `idempotent`, `flush`: see pipelined.transaction."""
         for attempt in range(RETRIES):
             try:
-                with self._lock:
+                with self.locked():
                     if self.held is not None:  # SQLite (flush: its own synchronous setting)
                         with self.held.connect() as conn:
                             result = pipelined.on_sqlite(conn, work, [])
@@ -228,9 +252,16 @@ class Writer:
             except (IntegrityError, OperationalError) as exc:
                 if attempt == RETRIES - 1 or not _retryable(exc):
                     raise
-                log.info("store: retrying a write after %s", type(exc.orig).__name__)
-                time.sleep(0.01 * 2**attempt)
+                _pause(exc, attempt)
         raise AssertionError("unreachable")
+
+
+def _pause(exc: DBAPIError, attempt: int) -> None:
+    """Before a write's next try (it was rolled back): a while, or on the loop, a thread's."""
+    if offload.on_loop():
+        raise offload.WouldWait("a write to retry") from exc
+    log.info("store: retrying a write after %s", type(exc.orig).__name__)
+    time.sleep(0.01 * 2**attempt)
 
 
 def _retryable(exc: DBAPIError) -> bool:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
+from proxy import offload
 from proxy.store import (
     ahead,
     history,
@@ -104,6 +105,11 @@ class Store:
             if held is not None:
                 held.close()
         self.engine.dispose()
+
+    @property
+    def local(self) -> bool:
+        """SQLite: its writes wait for no network, only for this process's write lock."""
+        return self.engine.dialect.name == "sqlite"
 
     def sqlite_path(self) -> Path | None:
         db = self.engine.url.database
@@ -299,10 +305,14 @@ class Store:
 
         # Run twice, this leaves what running it once does: the answer's message and entry
         # are inserted unless stored, the exchange's columns set to the same values again.
+        settle = expected
         try:
             self._writer.run_core(work, idempotent=True)
+        except offload.WouldWait:  # to be run again, on a thread: still expected until then
+            settle = False
+            raise
         finally:
-            if expected:
+            if settle:
                 self._settled(ref.session_id)
         for prefix in stored:
             self._known.add(ref.session_id, prefix)
