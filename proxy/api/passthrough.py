@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import StreamingResponse
 
 from proxy.errors import BadRequest, MethodNotAllowed, ModelNotFound, NotFound
+from proxy.exchange.disconnect import Streamed
 from proxy.http.deps import ClientAuth, ServicesDep, read_body, require_json
 from proxy.http.paths import FORWARDED_METHODS, forwardable
 from proxy.upstream import send as up
@@ -45,7 +45,7 @@ async def passthrough(
         stream=True,
     )
     if up.is_event_stream(r):
-        return StreamingResponse(up.stream_body(r, upstream), r.status_code, up.response_headers(r))
+        return Streamed(up.stream_body(r, upstream), r.status_code, up.response_headers(r))
     return Response(await up.read(r, upstream), r.status_code, up.response_headers(r))
 
 

@@ -9,6 +9,8 @@ from typing import TypeVar
 
 import anyio
 from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ProxyError
 
@@ -54,14 +56,14 @@ class Watch:
     cancelled by asyncio's own means (as asyncio.timeout does), where an anyio cancel scope per
     step cost a tenth of a millisecond in looking up the async library."""
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, receive: Receive) -> None:
         self.gone = False
         self._guarded: asyncio.Task[object] | None = None
         self._cancelled = False  # whether this watch cancelled the guarded task
-        self._task = asyncio.get_running_loop().create_task(self._watch(request))
+        self._task = asyncio.get_running_loop().create_task(self._watch(receive))
 
-    async def _watch(self, request: Request) -> None:
-        while (await request.receive())["type"] != "http.disconnect":
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
             pass
         self.gone = True
         if self._guarded is not None and not self._cancelled:
@@ -95,3 +97,24 @@ class Watch:
     def stop(self) -> None:
         """Before the answer is sent: the response watches the client from then on."""
         self._task.cancel()
+
+
+class Streamed(StreamingResponse):
+    """Starlette's StreamingResponse, the client watched by a `Watch`: Starlette's own (for
+    servers of ASGI spec 2.3, uvicorn's) runs a task group of two tasks per stream. A client
+    gone ends the stream; the body's generator is closed either way, so its `finally` (the
+    answer's record) runs at once, not when it is collected."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = Watch(receive)
+        try:
+            await watch.guard(self.stream_response(send))
+        except ClientClosed:
+            pass
+        finally:
+            watch.stop()
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
+        if self.background is not None:
+            await self.background()

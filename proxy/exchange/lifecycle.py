@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import httpx
 from fastapi import Request, Response
-from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from proxy.compile.view import (
@@ -28,7 +27,7 @@ from proxy.errors import (
     ModelNotFound,
     ProxyError,
 )
-from proxy.exchange.disconnect import Watch
+from proxy.exchange.disconnect import Streamed, Watch
 from proxy.exchange.guards import overflow_of, read_checked, unless_gone
 from proxy.exchange.observing import HEADER as MODE_HEADER
 from proxy.exchange.observing import RAW_BODY, observing
@@ -122,7 +121,7 @@ async def _exchange(
                 exc.headers = compilation_headers(exchange.refused) | told(key)
             raise
         compiled = exchange.refused  # observed: ctxproxy would have refused; the upstream decides
-    exchange.watch = Watch(request)
+    exchange.watch = Watch(request.receive)
     try:
         r, compiled = await _forward(
             request, exchange, upstream, wire, (sendable, counted), compiled
@@ -176,7 +175,7 @@ async def _answer(
     stream: bool,
 ) -> Response:
     if stream and r.status_code < 400 and up.is_event_stream(r):
-        return StreamingResponse(
+        return Streamed(
             relay(exchange, r, upstream),
             r.status_code,
             up.response_headers(r) | headers | exchange.timing_header(),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import time
 
+from proxy import offload
 from proxy.formats.chat_stream import StreamAssembler
-from proxy.offload import hop
 from proxy.store import RequestRef, Store
 
 log = logging.getLogger("ctxproxy.progress")
@@ -16,8 +16,11 @@ INTERVAL = 1.0  # seconds between writes of one stream's progress, after the fir
 
 
 class Progress:
-    def __init__(self, store: Store, ref: RequestRef | None, interval: float = INTERVAL):
+    def __init__(
+        self, store: Store, ref: RequestRef | None, here: bool = False, interval: float = INTERVAL
+    ):
         self.store, self.ref, self.interval = store, ref, interval
+        self.here = here  # written on the event loop (the exchange's `here`, offload.py)
         self._last: float | None = None
 
     async def saw(self, answer: StreamAssembler) -> None:
@@ -30,6 +33,6 @@ class Progress:
             return
         self._last = now
         try:
-            await hop(self.store.save_progress, self.ref, answer.message())
+            await offload.run(self.here, self.store.save_progress, self.ref, answer.message())
         except Exception:
             log.exception("saving a stream's progress failed")

@@ -11,11 +11,12 @@ from typing import Any
 
 import httpx
 from fastapi import Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from proxy.compile.view import Compiled
 from proxy.errors import ProxyError, UpstreamInvalid
 from proxy.exchange import guards, steps
+from proxy.exchange.disconnect import Streamed
 from proxy.exchange.privacy import without_identity
 from proxy.exchange.relay import relay, relay_native
 from proxy.formats.events import Assembler
@@ -160,7 +161,7 @@ class Wire:
             self.conversion.answer_id = self.codec.answer_id(exchange.ref, exchange.store.ids_key())
         if stream and r.status_code < 400 and up.is_event_stream(r):
             headers |= exchange.timing_header()
-            return StreamingResponse(
+            return Streamed(
                 self._stream(exchange, r, upstream), r.status_code, headers, "text/event-stream"
             )
         with exchange.timing.span("answer"):

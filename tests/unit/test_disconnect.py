@@ -32,7 +32,7 @@ async def settle() -> None:
 
 async def test_a_client_leaving_cancels_the_guarded_step() -> None:
     client = Client()
-    watch = Watch(client)  # type: ignore[arg-type]
+    watch = Watch(client.receive)  # type: ignore[arg-type]
     started = asyncio.Event()
 
     async def work() -> str:
@@ -58,7 +58,7 @@ async def test_a_client_leaving_cancels_the_guarded_step() -> None:
 
 async def test_work_that_ends_despite_the_cancel_is_returned_and_leaves_none() -> None:
     client = Client()
-    watch = Watch(client)  # type: ignore[arg-type]
+    watch = Watch(client.receive)  # type: ignore[arg-type]
 
     async def stubborn() -> str:
         try:
@@ -77,7 +77,7 @@ async def test_work_that_ends_despite_the_cancel_is_returned_and_leaves_none() -
 
 async def test_a_step_without_a_disconnect_is_untouched() -> None:
     client = Client()
-    watch = Watch(client)  # type: ignore[arg-type]
+    watch = Watch(client.receive)  # type: ignore[arg-type]
     assert await watch.guard(asyncio.sleep(0.01, result=7)) == 7
     watch.stop()
     await settle()
@@ -88,7 +88,7 @@ async def test_a_step_without_a_disconnect_is_untouched() -> None:
 
 async def test_a_shutdown_during_a_step_stays_a_cancellation() -> None:
     client = Client()
-    watch = Watch(client)  # type: ignore[arg-type]
+    watch = Watch(client.receive)  # type: ignore[arg-type]
 
     async def exchange() -> None:
         await watch.guard(asyncio.sleep(30))
