@@ -111,7 +111,9 @@ async def _exchange(
     counted = recall.with_tool(sendable) if offered else sendable
     factor = services.calibration.factor(upstream.name, chat.model)
     try:
-        compiled = await exchange.open(key, (body, sendable, counted), upstream, window, factor)
+        compiled = await exchange.open(
+            key, (body, sendable, counted), upstream, window, factor, later=True
+        )
     except ContextLengthExceeded as exc:
         with timing.span("store"):
             await exchange.record(key, body, upstream.name, None, refused=exc, counted=counted)
@@ -145,6 +147,8 @@ async def _exchange(
     finally:
         exchange.watch.stop()
         exchange.watch = None
+        with anyio.CancelScope(shield=True):  # however it ended, the request is recorded
+            await exchange.recorded()
     return Recorded(answer, exchange)
 
 
@@ -161,7 +165,7 @@ async def _forward(
     if exchange.observed:
         with exchange.timing.span("upstream"):
             sent = send_observed(request, exchange, upstream, wire, bodies[0], compiled)
-            return await unless_gone(request, exchange, sent), compiled
+            return await unless_gone(request, exchange, exchange.alongside(sent)), compiled
     send = exchange.forward if wire is None else partial(wire.forward, exchange)
     return await _send_fitted(request, exchange, upstream, send, bodies, compiled)
 
@@ -220,7 +224,8 @@ async def _send_fitted(
     timing = exchange.timing
     outgoing = exchange.outgoing(upstream, sendable, counted, compiled)
     with timing.span("upstream"):
-        r = await unless_gone(request, exchange, send(upstream, outgoing, compiled))
+        sent = exchange.alongside(send(upstream, outgoing, compiled))
+        r = await unless_gone(request, exchange, sent)
         overflow = await overflow_of(r, exchange, upstream)
     if not overflow or compiled.budget is None:
         return r, compiled

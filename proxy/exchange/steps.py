@@ -3,11 +3,12 @@ decisions, compile, forward, refit, calibrate, record and finish; and the checks
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
@@ -82,6 +83,11 @@ class Exchange:
         # SQLite), which a thread hop would cost more than it takes (offload.py).
         self.here = False
         self._pending: list[Callable[[], None]] = []
+        # The request's record when open() left it to be written while the upstream works
+        # (`alongside`), and that write once it is under way.
+        self._unwritten: NewRequest | None = None
+        self._recording: asyncio.Future[None] | None = None
+        self._sending = False  # whether that write runs while the view goes upstream
         self.opened: tuple[str, Opened] | None = None  # until the answer is recorded
         self.observed = False  # observe mode: the client's request goes upstream as it came
         self.expectation: cache.Expectation | None = None  # of the server's prompt cache
@@ -116,16 +122,19 @@ class Exchange:
         upstream: Upstream,
         window: int | None,
         factor: float,
+        *,
+        later: bool = False,
     ) -> Compiled:
         """Load the session's stored decisions, compile the view and record the request, in one
         thread hop (each costs a loop turn), unless exact counts ask the upstream in between.
         `bodies`: as the client sent it, as it is to be sent, as it is counted (with the
-        recall tool where it may be offered); `factor` the upstream's calibration."""
+        recall tool where it may be offered); `factor` the upstream's calibration. `later`:
+        the record is written while the view goes upstream (`alongside`), not here."""
         body, sendable, counted = bodies
         length = len(body["messages"])
         # The previous answer's calibration is in the state read below, never half the time.
         await self.services.calibration.settled(key.id, length)
-        compiled = await self._open_either(key, bodies, upstream, window, factor)
+        compiled = await self._open_either(key, bodies, upstream, window, factor, later)
         self.opened = (key.id, self.services.calibration.opened(key.id, length))
         return compiled
 
@@ -136,6 +145,7 @@ class Exchange:
         upstream: Upstream,
         window: int | None,
         factor: float,
+        later: bool,
     ) -> Compiled:
         body, sendable, counted = bodies
         if upstream.tokenizer == "upstream" and window is not None:
@@ -146,7 +156,9 @@ class Exchange:
             with self.timing.span("store"):
                 await self.record(key, body, upstream.name, compiled)
             return compiled
-        return await offload.run(self.here, self._open, key, bodies, upstream.name, window, factor)
+        return await offload.run(
+            self.here, self._open, key, bodies, upstream.name, window, factor, later
+        )
 
     def _open(
         self,
@@ -155,6 +167,7 @@ class Exchange:
         upstream: str,
         window: int | None,
         factor: float,
+        later: bool,
     ) -> Compiled:
         body, sendable, counted = bodies
         fresh = sendable["messages"] is not body["messages"]
@@ -162,9 +175,46 @@ class Exchange:
             self.hashes, self.prior = self._hash_and_load(key.id, body["messages"], fresh)
         with self.timing.span("compile"):
             compiled = self._compile(counted, window, self.session_factor(factor))
+        new = self._new_request(key, body, upstream, compiled)
+        if later:
+            self._unwritten = new
+            return compiled
         with self.timing.span("store"):
-            self.ref = self.store.record_request(self._new_request(key, body, upstream, compiled))
+            self.ref = self.store.record_request(new)
         return compiled
+
+    async def alongside(self, sending: Awaitable[httpx.Response]) -> httpx.Response:
+        """`sending` (the view on its way upstream) while the request's record is written, in a
+        task of its own: on the loop it runs once the request is out, while the upstream works.
+        The answer is handed on only once its request is recorded; a failed send still waits
+        for the record (finish closes it), a failed record refuses the answer."""
+        if self._unwritten is None:
+            return await sending
+        self._recording, self._sending = asyncio.ensure_future(self._write()), True
+        r = await sending
+        try:
+            await asyncio.shield(self._recording)
+        except BaseException:
+            await r.aclose()
+            raise
+        return r
+
+    async def recorded(self) -> None:
+        """The request's record written, if open() left it for later: at once where nothing
+        was sent (an error first), else the write under way awaited."""
+        if self._recording is None:
+            if self._unwritten is None:
+                return
+            self._recording = asyncio.ensure_future(self._write())
+        await asyncio.shield(self._recording)
+
+    async def _write(self) -> None:
+        new, self._unwritten = self._unwritten, None
+        assert new is not None
+        with self.timing.span("store", within="upstream" if self._sending else None):
+            self.ref = await offload.run(self.here, self.store.record_request, new)
+        if self.rounds is not None:  # built before the record was written
+            self.rounds.ref = self.ref
 
     async def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:
         """Off the event loop: a long history's first compile can take a while."""
@@ -384,6 +434,11 @@ class Exchange:
         choices: Sequence[dict[str, Any] | None] | None = None,
         timings: Any = None,
     ) -> None:
+        if self._recording is not None or self._unwritten is not None:
+            try:
+                await self.recorded()
+            except Exception:  # the record failed, and its error went up: nothing to close
+                return
         if self.ref is None:
             return
         sent_usage = self.rounds.first_usage() if self.rounds else None

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 # In the order they happen; `upstream` is the wait for the upstream's response head (every
-# attempt), `answer` the reading of a whole (non-streamed) answer and its recall rounds.
+# attempt) less ctxproxy's own work meanwhile (the request's record), `answer` the reading of a
+# whole (non-streamed) answer and its recall rounds.
 SPANS = ("store", "compile", "upstream", "answer")
 
 
@@ -19,19 +20,24 @@ class Timing:
         self.spans: dict[str, float] = {}
 
     @contextmanager
-    def span(self, name: str) -> Iterator[None]:
+    def span(self, name: str, within: str | None = None) -> Iterator[None]:
+        """`within`: a span this one runs during (the request's record while the upstream
+        works), which is then that much shorter: the time was ctxproxy's, not a wait."""
         begun = time.monotonic()
         try:
             yield
         finally:
-            self.spans[name] = self.spans.get(name, 0.0) + time.monotonic() - begun
+            took = time.monotonic() - begun
+            self.spans[name] = self.spans.get(name, 0.0) + took
+            if within is not None:
+                self.spans[within] = self.spans.get(within, 0.0) - took
 
     def header(self) -> str:
         """The header's value now: each span, `proxy` (ctxproxy's own time: the total less
         the time spent waiting on the upstream) and `total` (to this answer's head)."""
         total = time.monotonic() - self.started
-        waited = self.spans.get("upstream", 0.0) + self.spans.get("answer", 0.0)
-        spans = [(name, self.spans[name]) for name in SPANS if name in self.spans]
+        waited = max(self.spans.get("upstream", 0.0), 0.0) + self.spans.get("answer", 0.0)
+        spans = [(name, max(self.spans[name], 0.0)) for name in SPANS if name in self.spans]
         parts = [f"{name};dur={seconds * 1000:.1f}" for name, seconds in spans]
         parts.append(f"proxy;dur={max(total - waited, 0.0) * 1000:.1f}")
         parts.append(f"total;dur={total * 1000:.1f}")
