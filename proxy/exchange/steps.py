@@ -42,6 +42,7 @@ from proxy.store.digest import hash_messages
 from proxy.store.request import NewRequest
 from proxy.store.states import Decisions, Prior
 from proxy.upstream import send as up
+from proxy.upstream.aiotransport import ON_SENT
 from proxy.upstream.overflow import Overflow
 from strategies.prefix import encoded
 
@@ -88,6 +89,7 @@ class Exchange:
         self._unwritten: NewRequest | None = None
         self._recording: asyncio.Future[None] | None = None
         self._sending = False  # whether that write runs while the view goes upstream
+        self._out = asyncio.Event()  # set once the view is out: the write may start
         self.opened: tuple[str, Opened] | None = None  # until the answer is recorded
         self.observed = False  # observe mode: the client's request goes upstream as it came
         self.expectation: cache.Expectation | None = None  # of the server's prompt cache
@@ -190,8 +192,14 @@ class Exchange:
         for the record (finish closes it), a failed record refuses the answer."""
         if self._unwritten is None:
             return await sending
-        self._recording, self._sending = asyncio.ensure_future(self._write()), True
-        r = await sending
+        self._out = out = asyncio.Event()  # set once the request's bytes are written
+        self._recording, self._sending = asyncio.ensure_future(self._write(out)), True
+        on_sent = ON_SENT.set(out.set)
+        try:
+            r = await sending
+        finally:
+            ON_SENT.reset(on_sent)
+            out.set()
         try:
             await asyncio.shield(self._recording)
         except BaseException:
@@ -206,11 +214,14 @@ class Exchange:
             if self._unwritten is None:
                 return
             self._recording = asyncio.ensure_future(self._write())
+        self._out.set()  # the send is over (a failed one's finish is why we are here)
         await asyncio.shield(self._recording)
 
-    async def _write(self) -> None:
+    async def _write(self, out: asyncio.Event | None = None) -> None:
         new, self._unwritten = self._unwritten, None
         assert new is not None
+        if out is not None:  # on the loop, it would hold the request back
+            await out.wait()
         with self.timing.span("store", within="upstream" if self._sending else None):
             self.ref = await offload.run(self.here, self.store.record_request, new)
         if self.rounds is not None:  # built before the record was written

@@ -189,6 +189,9 @@ def readable(transport: asyncio.BaseTransport | None) -> bool:
 
 
 REST_S = 0.05  # s: a pooled connection rests this long after its answer before it is reused
+# Called in the request's own task once its bytes are written: work that waits for the upstream
+# to have the request (the exchange's record, written meanwhile) starts then.
+ON_SENT: ContextVar[Callable[[], None] | None] = ContextVar("ctxproxy_on_sent", default=None)
 # Whether this request's connection came from the pool (set in the request's own task).
 REUSED: ContextVar[bool] = ContextVar("ctxproxy_reused", default=False)
 USES = "ctxproxy_uses"  # on a connection's protocol: how often the pool handed it out again
@@ -205,6 +208,13 @@ class _Response(aiohttp.ClientResponse):
     async def start(self, connection: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
         self.protocol = connection.protocol
         self.uses = getattr(connection.protocol, USES, 0)
+        sent = ON_SENT.get()
+        if sent is not None:  # the head is out; the body goes in a task of aiohttp's
+            writer = self._writer
+            if writer is None:
+                sent()
+            else:
+                writer.add_done_callback(lambda _: sent())
         return await super().start(connection)
 
     def _response_eof(self) -> None:
