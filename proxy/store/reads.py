@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, case, exists, func, select
+from sqlalchemy import Row, exists, func, select
 from sqlalchemy.orm import Session, aliased
 
-from proxy.store import history, titles
+from proxy.store import history, titles, totals
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, MessageRow, SessionRow
 from proxy.store.views import (
     Branch,
@@ -19,11 +19,9 @@ from proxy.store.views import (
     ExchangeSummary,
     History,
     HistoryMessage,
-    PhaseStats,
     SessionDetail,
     SessionPage,
     SessionSummary,
-    Stats,
     StoredMessage,
     Totals,
 )
@@ -42,63 +40,15 @@ def aware(t: datetime) -> datetime:
 TITLE_WITHIN = 16  # the first user message is looked for among the first positions only
 
 
-def _totals_columns() -> list[Any]:
-    x = ExchangeRow
-    kept = x.status.is_(None) | (x.status < 400)  # the failed ones are counted apart
-
-    def tokens(column: Any) -> Any:
-        return func.sum(case((kept, column), else_=0))
-
-    return [
-        func.count(x.id),
-        func.sum(case((x.status.is_(None), 1), else_=0)),
-        func.sum(case((x.status >= 400, 1), else_=0)),
-        tokens(x.tokens_original),
-        tokens(x.tokens_compiled),
-        func.sum(x.prompt_tokens),
-        func.sum(x.completion_tokens),
-        func.sum(x.cached_tokens),
-        func.count(x.leaf_entry_id.distinct()),
-        tokens(case((x.cache_cause == "firing", x.cache_lost), else_=0)),
-        func.sum(case((x.observed, 1), else_=0)),
-        func.sum(case((x.cache_cause.is_not(None), 1), else_=0)),
-    ]
-
-
-def _totals(row: Sequence[Any] | None) -> Totals:
-    if row is None:
-        return Totals()
-    n, pending, errors, orig, comp, prompt, completion, cached, turns, lost, observed, broke = (
-        int(v or 0) for v in row
-    )
-    return Totals(
-        n,
-        pending,
-        errors,
-        orig,
-        comp,
-        orig - comp,
-        prompt,
-        completion,
-        cached,
-        turns,
-        n - turns,
-        cache_lost=lost,
-        net_saved=orig - comp - lost,
-        observed=observed,
-        cache_breaks=broke,
-    )
-
-
-def _summary(row: SessionRow, totals: Totals, title: str | None = None) -> SessionSummary:
+def _summary(row: SessionRow, added: Totals, title: str | None = None) -> SessionSummary:
     return SessionSummary(
         id=row.id,
         created_at=aware(row.created_at),
         updated_at=aware(row.updated_at),
         source=row.source,
         model=row.model,
-        turns=totals.turns,
-        totals=totals,
+        turns=added.turns,
+        totals=added,
         title=title,
     )
 
@@ -121,17 +71,6 @@ def _titles(s: Session, ids: list[str]) -> dict[str, str]:
     return {sid: titles.title(list(by_position.values())) for sid, by_position in firsts.items()}
 
 
-def _totals_by_session(s: Session, ids: list[str]) -> dict[str, Totals]:
-    if not ids:
-        return {}
-    rows = s.execute(
-        select(ExchangeRow.session_id, *_totals_columns())
-        .where(ExchangeRow.session_id.in_(ids))
-        .group_by(ExchangeRow.session_id)
-    ).all()
-    return {r[0]: _totals(r[1:]) for r in rows}
-
-
 def list_sessions(s: Session, limit: int, offset: int, key_id: str | None = None) -> SessionPage:
     """A page of sessions; with `key_id`, only that client key's."""
     mine = [SessionRow.key_id == key_id] if key_id is not None else []
@@ -144,8 +83,8 @@ def list_sessions(s: Session, limit: int, offset: int, key_id: str | None = None
         .offset(offset)
     ).all()
     ids = [r.id for r in rows]
-    totals, titles = _totals_by_session(s, ids), _titles(s, ids)
-    data = [_summary(r, totals.get(r.id, Totals()), titles.get(r.id)) for r in rows]
+    added, named = totals.by_session(s, ids), _titles(s, ids)
+    data = [_summary(r, added.get(r.id, Totals()), named.get(r.id)) for r in rows]
     return SessionPage(data, total, limit, offset, has_more=offset + len(rows) < total)
 
 
@@ -192,8 +131,8 @@ def get_session(s: Session, session_id: str) -> SessionDetail | None:
     row = s.get(SessionRow, session_id)
     if row is None:
         return None
-    totals = _totals_by_session(s, [session_id]).get(session_id, Totals())
-    summary = _summary(row, totals, _titles(s, [session_id]).get(session_id))
+    added = totals.by_session(s, [session_id]).get(session_id, Totals())
+    summary = _summary(row, added, _titles(s, [session_id]).get(session_id))
     head = head_entry(s, session_id)
     length = 0
     if head is not None:
@@ -411,34 +350,3 @@ def get_message(s: Session, ref: str, key_id: str | None = None) -> StoredMessag
     m: MessageRow = rows[0][0]
     created = m.created_at if key_id is None else _first_seen_by(s, m.hash, key_id)
     return StoredMessage(m.hash, m.role, m.size, aware(created or m.created_at), json.loads(m.body))
-
-
-def stats(s: Session) -> Stats:
-    sessions = s.execute(select(func.count(SessionRow.id))).scalar_one()
-    totals = _totals(s.execute(select(*_totals_columns())).one())
-    messages, size = s.execute(select(func.count(MessageRow.hash), func.sum(MessageRow.size))).one()
-    entries = s.execute(select(func.count(EntryRow.id))).scalar_one()
-    return Stats(sessions, totals, messages, int(size or 0), entries, _phase_stats(s))
-
-
-def _phase_stats(s: Session) -> list[PhaseStats]:
-    # Events are kept as the strategies wrote them (JSON), so they are summed here rather than
-    # in SQL, whose JSON functions differ between SQLite and PostgreSQL.
-    acc: dict[tuple[str, int | None], list[int]] = {}
-    for events in s.scalars(select(ExchangeRow.events).execution_options(yield_per=500)):
-        for e in events or []:
-            if not isinstance(e, dict) or e.get("replayed"):
-                continue  # a pass carried over from an earlier turn was counted when it fired
-            phase = e.get("phase")
-            key = (str(e.get("strategy", "?")), phase if isinstance(phase, int) else None)
-            a = acc.setdefault(key, [0, 0, 0, 0])
-            a[0] += 1
-            a[1] += int(e.get("tokens_before") or 0)
-            a[2] += int(e.get("tokens_after") or 0)
-            a[3] += int(e.get("chars_removed") or 0)
-    return [
-        PhaseStats(strategy, phase, n, before, after, before - after, chars)
-        for (strategy, phase), (n, before, after, chars) in sorted(
-            acc.items(), key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None else -1)
-        )
-    ]

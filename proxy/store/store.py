@@ -21,6 +21,7 @@ from proxy.store import (
     pipelined,
     reads,
     states,
+    totals,
     turn,
     writes,
 )
@@ -483,4 +484,4 @@ class Store:
         return self._read(lambda s: reads.get_message(s, hash_or_prefix, key_id))
 
     def stats(self) -> Stats:
-        return self._read(reads.stats)
+        return self._read(totals.stats)
