@@ -68,8 +68,9 @@ class Store:
         # SQLite: connections kept for the hot path's state reads (store/held.py)
         sqlite = self.engine.dialect.name == "sqlite"
         self._held = Held(self.engine, keep=2) if sqlite else None
-        # Histories stored, for record_request's one-trip way (PostgreSQL's).
-        self._known = turn.Known(turn.KNOWN if self._pg else 0)
+        # Histories stored: a request extending one by a message takes PostgreSQL's one-trip
+        # way, and on either database needs no look-up of how much of it is stored ahead.
+        self._known = turn.Known(turn.KNOWN)
         self.instance: str | None = None  # this process's InstanceRow id, once registered
         self._ids_key: bytes | None = None
         # Exchanges answered whose finish is still being written, by session (expect_finish).
@@ -134,7 +135,10 @@ class Store:
 
         chain = history.prefix_chain(raw)
         head = (session_id, source, key_id, model)
-        before = ahead.store_ahead(self._writer, head, messages, raw, chain)
+        # A history one message longer than one stored (a hint: else the transaction below
+        # stores what is missing) has nothing to store ahead: no look-up of a long history.
+        continuing = len(raw) >= 2 and (session_id, chain[-2]) in self._known
+        before = 0 if continuing else ahead.store_ahead(self._writer, head, messages, raw, chain)
 
         def exchange_row(now: Any) -> dict[str, Any]:
             return {
@@ -159,8 +163,7 @@ class Store:
                 "cache_previous": new.cache_previous,
             }
 
-        continuing = len(raw) >= 2 and (session_id, chain[-2]) in self._known
-        if self._pg and continuing and not before:  # one round trip (turn.py)
+        if self._pg and continuing:  # one round trip (turn.py)
             row = exchange_row(utcnow())
             ref = turn.continue_history(self._writer, row, new, raw, chain, rewritten)
             if ref is not None:
