@@ -99,7 +99,8 @@ def compile_view(
     lineage = Lineage(messages)
     plan = plan.within(measure(fixed_tokens(messages, count)))
     ctx = Context(plan.budget, plan.target, count, measure, lineage=lineage, fixed=plan.fixed)
-    if prior is not None and prior.fits(messages):
+    restored = prior is not None and prior.fits(messages)
+    if prior is not None and restored:
         new = messages[prior.covered :]
         added = sum(count(m) for m in new)
         view = prior.restore(messages, lineage) + new
@@ -119,7 +120,10 @@ def compile_view(
         exc.largest = _largest(view, lineage, count)
         raise
     kept = merge(carried + events)
-    state = ViewState.capture(len(messages), view, lineage, kept, view_raw, original_raw)
+    if prior is not None and restored and not events:  # the stored view, appended to
+        state = prior.extended(len(messages), kept, view_raw, original_raw)
+    else:
+        state = ViewState.capture(len(messages), view, lineage, kept, view_raw, original_raw)
     return Result(view, merge(carried) + events, state, original_raw)
 
 
