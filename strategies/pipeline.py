@@ -97,8 +97,6 @@ def compile_view(
     or InvariantError. `prior` is the stored state of a prefix of `messages`, if any."""
     count = memoize(count)
     lineage = Lineage(messages)
-    plan = plan.within(measure(fixed_tokens(messages, count)))
-    ctx = Context(plan.budget, plan.target, count, measure, lineage=lineage, fixed=plan.fixed)
     restored = prior is not None and prior.fits(messages)
     if prior is not None and restored:
         new = messages[prior.covered :]
@@ -111,9 +109,17 @@ def compile_view(
         view_raw = original_raw = sum(count(m) for m in messages)
     # A resent history keeps its view as long as it fits: same request, same bytes.
     events: list[CompactionEvent] = []
-    if measure(view_raw) > (plan.trigger if fresh else plan.budget):
-        view, events = _fire(view, plan, ctx)
-        view_raw = sum(count(m) for m in view)
+    # The trigger only rises with the fixed part: a view under it where that part is nothing
+    # needs no pass over the history to place it.
+    least = plan.within(0).trigger if plan.trigger <= plan.budget else 0
+    if measure(view_raw) > (least if fresh else plan.budget):
+        plan = plan.within(measure(fixed_tokens(messages, count)))
+        if measure(view_raw) > (plan.trigger if fresh else plan.budget):
+            ctx = Context(
+                plan.budget, plan.target, count, measure, lineage=lineage, fixed=plan.fixed
+            )
+            view, events = _fire(view, plan, ctx)
+            view_raw = sum(count(m) for m in view)
     try:
         invariants.check(messages, view, budget=plan.budget, usage=measure(view_raw))
     except OverBudget as exc:
