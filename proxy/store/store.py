@@ -53,6 +53,7 @@ from strategies.messages import message_hash
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")
 SETTLE_S = 2.0  # at most this long an audit read waits for finishes being written
+NEAR = history.FIRST_PROBE  # last prefixes of a history looked for among those known stored
 
 
 class Store:
@@ -135,10 +136,13 @@ class Store:
 
         chain = history.prefix_chain(raw)
         head = (session_id, source, key_id, model)
-        # A history one message longer than one stored (a hint: else the transaction below
-        # stores what is missing) has nothing to store ahead: no look-up of a long history.
+        # Hints (else the transaction below stores what is missing, as it finds it): a history
+        # one message longer than one stored, or one that ends a few messages past a stored
+        # one (a turn that branched from the answer), has nothing to store ahead and is found
+        # by its last few prefixes: no look-up of a long history.
         continuing = len(raw) >= 2 and (session_id, chain[-2]) in self._known
-        before = 0 if continuing else ahead.store_ahead(self._writer, head, messages, raw, chain)
+        near = continuing or any((session_id, c) in self._known for c in chain[-NEAR:])
+        before = 0 if near else ahead.store_ahead(self._writer, head, messages, raw, chain)
 
         def exchange_row(now: Any) -> dict[str, Any]:
             return {
@@ -176,7 +180,7 @@ class Store:
             leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
             added = 1
             if leaf is None:
-                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+                leaf, added = history.extend(conn, session_id, messages, raw, now, chain, near=near)
             added += before
             row = {**exchange_row(now), "leaf_entry_id": leaf, "new_messages": added}
             if seq is None:
