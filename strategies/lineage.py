@@ -22,10 +22,17 @@ class Lineage:
         self._origin: dict[int, tuple[Message, Message, str]] = {}
         self._iterations: dict[int, int] | None = None  # made when first asked for
         self._forms: dict[tuple[int, str], Message | None] = {}
-        # Built at C speed: a turn that compacts nothing only looks its messages up.
-        self._index: dict[int, int] = dict(zip(map(id, raw), range(len(raw)), strict=True))
+        self._ids: dict[int, int] | None = None  # made when first asked for
         self._synthetic: set[int] = set()
         self.forgotten: set[int] = set()  # raw indexes no longer in the view
+
+    @property
+    def _index(self) -> dict[int, int]:
+        """Each raw message's position by identity (built at C speed; a turn that appends to
+        its stored view and compacts nothing never asks)."""
+        if self._ids is None:
+            self._ids = dict(zip(map(id, self.raw), range(len(self.raw)), strict=True))
+        return self._ids
 
     @property
     def _iteration(self) -> dict[int, int]:

@@ -97,9 +97,8 @@ def compile_view(
     or InvariantError. `prior` is the stored state of a prefix of `messages`, if any."""
     count = memoize(count)
     lineage = Lineage(messages)
-    plan = plan.within(measure(fixed_tokens(messages, count)))
-    ctx = Context(plan.budget, plan.target, count, measure, lineage=lineage, fixed=plan.fixed)
-    if prior is not None and prior.fits(messages):
+    restored = prior is not None and prior.fits(messages)
+    if prior is not None and restored:
         new = messages[prior.covered :]
         added = sum(count(m) for m in new)
         view = prior.restore(messages, lineage) + new
@@ -110,16 +109,27 @@ def compile_view(
         view_raw = original_raw = sum(count(m) for m in messages)
     # A resent history keeps its view as long as it fits: same request, same bytes.
     events: list[CompactionEvent] = []
-    if measure(view_raw) > (plan.trigger if fresh else plan.budget):
-        view, events = _fire(view, plan, ctx)
-        view_raw = sum(count(m) for m in view)
+    # The trigger only rises with the fixed part: a view under it where that part is nothing
+    # needs no pass over the history to place it.
+    least = plan.within(0).trigger if plan.trigger <= plan.budget else 0
+    if measure(view_raw) > (least if fresh else plan.budget):
+        plan = plan.within(measure(fixed_tokens(messages, count)))
+        if measure(view_raw) > (plan.trigger if fresh else plan.budget):
+            ctx = Context(
+                plan.budget, plan.target, count, measure, lineage=lineage, fixed=plan.fixed
+            )
+            view, events = _fire(view, plan, ctx)
+            view_raw = sum(count(m) for m in view)
     try:
         invariants.check(messages, view, budget=plan.budget, usage=measure(view_raw))
     except OverBudget as exc:
         exc.largest = _largest(view, lineage, count)
         raise
     kept = merge(carried + events)
-    state = ViewState.capture(len(messages), view, lineage, kept, view_raw, original_raw)
+    if prior is not None and restored and not events:  # the stored view, appended to
+        state = prior.extended(len(messages), kept, view_raw, original_raw)
+    else:
+        state = ViewState.capture(len(messages), view, lineage, kept, view_raw, original_raw)
     return Result(view, merge(carried) + events, state, original_raw)
 
 

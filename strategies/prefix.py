@@ -64,22 +64,18 @@ class PrefixMemo(Generic[V]):
         """Every message's value: those of the longest known prefix, then `extend(known)`,
         which returns the values of the messages after the `len(known)` known ones."""
         try:
-            data = dumped(messages)
-            lasts = [orjson.dumps(m) for m in messages[-1 : -TAIL - 1 : -1]]
+            dump = _dump(messages)
+            ends = dump.ends()
         except (orjson.JSONEncodeError, TypeError):  # big integers, odd keys, surrogates
             return extend([])
-        n, end = len(messages), len(data) - 1
-        ends: dict[Key, int] = {}
-        for j, d in enumerate(lasts):
-            ends[(n - j, len(d), hash(d))] = end
-            end -= len(d) + 1
-        known, whole = self._longest(data, ends)
-        values = known + extend(known) if len(known) < n else known
-        self._keep(data, values, ends, whole)
+        known, whole = self._longest(dump, ends)
+        values = known + extend(known) if len(known) < len(messages) else known
+        self._keep(dump.data, values, ends, whole)
         return values
 
-    def _longest(self, data: bytes, ends: dict[Key, int]) -> tuple[list[V], int | None]:
+    def _longest(self, dump: _Dump, ends: dict[Key, int]) -> tuple[list[V], int | None]:
         """The values of the longest known prefix, and the known list's id if it is all of it."""
+        data = dump.data
         for key in ends:  # from the list's end
             at = self._index.get(key, -1)
             found: _Known[V] | None = self._known.get(at)
@@ -87,7 +83,7 @@ class PrefixMemo(Generic[V]):
                 continue
             end = found.ends[key]
             if len(data) > end and data[end] in (COMMA, BRACKET):
-                if data.startswith(memoryview(found.data)[:end]):  # without a copy
+                if dump.starts_with(found.data, end):
                     whole = key[0] == len(found.values)
                     return found.values[: key[0]], at if whole else None
         return [], None
@@ -118,19 +114,51 @@ class PrefixMemo(Generic[V]):
                 index.pop(key, None)
 
 
+class _Dump:
+    """A list's JSON as one request made it, the keys of its last messages (where in it each
+    ends), and which known lists' bytes it was found to start with: the memos of one request
+    (checks, hashes, counts, the session index) compare its bytes with the same known list."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        self.messages, self.n = messages, len(messages)
+        self.data = orjson.dumps(messages)
+        self._ends: dict[Key, int] | None = None
+        self._starts: dict[tuple[int, int], tuple[bytes, bool]] = {}  # held: their ids stay
+
+    def ends(self) -> dict[Key, int]:
+        """Each of the last TAIL messages' key and the offset of its last byte in `data`."""
+        if self._ends is None:
+            lasts = [orjson.dumps(m) for m in self.messages[-1 : -TAIL - 1 : -1]]
+            n, end = self.n, len(self.data) - 1
+            ends: dict[Key, int] = {}
+            for j, d in enumerate(lasts):
+                ends[(n - j, len(d), hash(d))] = end
+                end -= len(d) + 1
+            self._ends = ends
+        return self._ends
+
+    def starts_with(self, known: bytes, end: int) -> bool:
+        """Whether `data` starts with known[:end] (compared once a request, without a copy)."""
+        found = self._starts.get((id(known), end))
+        if found is None:
+            found = self._starts[(id(known), end)] = (
+                known,
+                self.data.startswith(memoryview(known)[:end]),
+            )
+        return found[1]
+
+
 # The lists a request dumped, by identity: the hashes, the token counts and the session index of
 # one request read the same list (its messages are never changed in place: the raw history is
 # never rewritten). Held by the request's context (`request_scope`; worker threads run in a copy
 # that shares the holder), so that nothing of a request outlives it; outside a scope, none kept.
-_DUMPS: ContextVar[deque[tuple[Sequence[Message], int, bytes]] | None] = ContextVar(
-    "ctxproxy_dumps", default=None
-)
+_DUMPS: ContextVar[deque[_Dump] | None] = ContextVar("ctxproxy_dumps", default=None)
 
 
 @contextmanager
 def request_scope() -> Iterator[None]:
     """Within it (one request's handling), a list is dumped once."""
-    held: deque[tuple[Sequence[Message], int, bytes]] = deque(maxlen=4)
+    held: deque[_Dump] = deque(maxlen=4)
     token = _DUMPS.set(held)
     try:
         yield
@@ -154,9 +182,9 @@ def encoded(messages: Sequence[Message], sent: Sequence[Message]) -> Sequence[Me
     held = _DUMPS.get()
     if held is None or len(messages) != len(sent) or not all(map(is_, messages, sent)):
         return messages
-    for seen, n, data in list(held):
-        if seen is sent and n == len(sent):
-            return Encoded(messages, data)
+    for dump in list(held):
+        if dump.messages is sent and dump.n == len(sent):
+            return Encoded(messages, dump.data)
     return messages
 
 
@@ -176,12 +204,16 @@ def as_data(value: Any) -> Any:
 
 def dumped(messages: Sequence[Message]) -> bytes:
     """orjson.dumps(messages), once per request's list."""
+    return _dump(messages).data
+
+
+def _dump(messages: Sequence[Message]) -> _Dump:
     held = _DUMPS.get()
     if held is None:
-        return orjson.dumps(messages)
-    for seen, n, data in list(held):
-        if seen is messages and n == len(messages):
-            return data
-    data = orjson.dumps(messages)
-    held.append((messages, len(messages), data))
-    return data
+        return _Dump(messages)
+    for dump in list(held):
+        if dump.messages is messages and dump.n == len(messages):
+            return dump
+    dump = _Dump(messages)
+    held.append(dump)
+    return dump

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import compress, repeat
 from operator import is_
 
@@ -63,14 +64,39 @@ class ViewState:
             original_tokens,
         )
 
+    @cached_property
+    def forms(self) -> tuple[int, ...]:
+        """Where the compiled forms are among `items` (few, however long the view)."""
+        return tuple(compress(range(len(self.items)), map(isinstance, self.items, repeat(Form))))
+
+    def extended(
+        self,
+        covered: int,
+        carried: Iterable[CompactionEvent],
+        view_tokens: int,
+        original_tokens: int,
+    ) -> ViewState:
+        """This view restored with messages[self.covered:covered] appended as they came (a
+        turn that compacted nothing): what `capture` makes of it, without a pass over it."""
+        grown = ViewState(
+            covered,
+            self.items + tuple(range(self.covered, covered)),
+            self.forgotten,  # runs as `capture` makes them: restored, they are the same
+            tuple(carried),
+            view_tokens,
+            original_tokens,
+        )
+        grown.__dict__["forms"] = self.forms  # the appended items are raw indexes
+        return grown
+
     def restore(self, messages: Sequence[Message], lineage: Lineage) -> list[Message]:
         """The view of messages[:covered], its forms registered in the lineage."""
         lineage.forget(i for a, b in self.forgotten for i in range(a, b))
         items, at = self.items, 0
         view: list[Message] = []
         raw = messages.__getitem__
-        # Raw messages by runs at C speed, between the forms (few, however long the view).
-        for k in compress(range(len(items)), map(isinstance, items, repeat(Form))):
+        # Raw messages by runs at C speed, between the forms.
+        for k in self.forms:
             view += map(raw, items[at:k])  # type: ignore[arg-type]
             item: Form = items[k]  # type: ignore[assignment]
             if item.synthetic:

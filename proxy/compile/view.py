@@ -21,6 +21,7 @@ from strategies.state import ViewState
 # Tokens a step leaves free under the budget when the recall tool may be offered, so that a
 # recalled excerpt fits (rounds.USEFUL_ROOM, plus the call's wrapping, is less).
 RECALL_ROOM = 256
+TAIL_COUNTS = 16  # messages from a history's end whose counts are looked up first
 
 
 @dataclass(frozen=True)
@@ -191,10 +192,17 @@ def _history_counter(messages: list[Message], counter: TokenCounter) -> Callable
     """Raw counts of the history's messages, known ones from memory (TokenCounter.
     message_counts), by identity while `messages` holds them; any other message (a compacted
     form) is counted by content."""
-    known = dict(zip(map(id, messages), counter.message_counts(messages), strict=True))
+    counts = counter.message_counts(messages)
+    # The newest messages first: a turn that compacts nothing counts only those.
+    known = dict(zip(map(id, messages[-TAIL_COUNTS:]), counts[-TAIL_COUNTS:], strict=True))
+    whole = len(known) == len(messages)
 
     def count(msg: Message) -> int:
+        nonlocal known, whole
         found = known.get(id(msg))
+        if found is None and not whole:
+            known = dict(zip(map(id, messages), counts, strict=True))
+            whole, found = True, known.get(id(msg))
         return counter.count_message(msg) if found is None else found
 
     return count

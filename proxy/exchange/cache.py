@@ -6,13 +6,12 @@ history, or the server evicted what it had."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 from proxy.compile.tokens import TokenCounter
 from proxy.compile.view import Compiled
 from proxy.store.states import Prior
-from strategies.state import Form, Item, ViewState
+from strategies.state import Item, ViewState
 
 FIRING, CLIENT, EVICTED = "firing", "client", "evicted"
 SLACK_SHARE, SLACK_TOKENS = 0.1, 16  # estimates against the server's own count
@@ -94,7 +93,7 @@ def _common(old: tuple[Item, ...], new: tuple[Item, ...]) -> int:
 
 
 def _offers_recall(state: ViewState) -> bool:
-    return bool(state.forgotten) or any(map(isinstance, state.items, repeat(Form)))
+    return bool(state.forgotten) or bool(state.forms)
 
 
 def cached_tokens(usage: dict[str, Any] | None, timings: Any = None) -> int | None:

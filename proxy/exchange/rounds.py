@@ -251,7 +251,7 @@ def room_left(compiled: Compiled) -> int | None:
 def folded(compiled: Compiled) -> bool:
     """Whether the view holds anything folded, cut or left out (so recall has work to do)."""
     state = compiled.state
-    return state is not None and (bool(state.forgotten) or not set(map(type, state.items)) <= {int})
+    return state is not None and (bool(state.forgotten) or bool(state.forms))
 
 
 def split(message: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

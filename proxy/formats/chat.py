@@ -11,6 +11,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from proxy.errors import BadRequest
+from proxy.formats.digits import long_number
 from strategies.prefix import PrefixMemo
 
 
@@ -93,11 +94,6 @@ def chat_openapi() -> dict[str, Any]:
     return {"requestBody": body}
 
 
-# Bytes to digits ("0") or not (" "): a run of 19 digits may be an integer past 64 bits.
-_DIGITS = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
-_LONG_NUMBER = b"0" * 19
-
-
 def parse_json(raw: bytes) -> dict[str, Any]:
     """The body as a dict. orjson first (several times faster); whatever it refuses or might
     read differently (an integer past 64 bits it would make a float) takes the standard
@@ -106,7 +102,7 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return _parse_json_std(raw)
-    if _LONG_NUMBER in raw.translate(_DIGITS):
+    if long_number(raw):  # a run of 19 digits may be an integer past 64 bits
         return _parse_json_std(raw)
     if not isinstance(data, dict):
         raise BadRequest("The request body must be a JSON object")

@@ -30,7 +30,7 @@ session of its own as before. Each session's lines are charged to the shared cac
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
@@ -53,6 +53,7 @@ MESSAGE_BYTES = 80
 # A continuation that resends less than two whole exchanges must also share a line of its first
 # user message with the session's: one recorded answer alone (a canned refusal) is no proof.
 SHORT_HISTORY = 3
+MARKS = 8  # positions from a history's end where the one indexed last may end (a retry, a turn)
 SKIPPED = ("system", "developer")  # prompts, not the conversation itself
 Said = tuple[Any, int, str]  # a message of the conversation: role, identity (`_identity`), text
 
@@ -83,6 +84,8 @@ class Conversations:
         self.where: dict[int, str | set[str]] = {}
         self.histories: dict[str, History] = {}
         self.continues: OrderedDict[str, str] = OrderedDict()  # fingerprint -> its session
+        # session -> the last messages' readings as of its last index, by position, last first
+        self.indexed: dict[str, list[tuple[int, Read]]] = {}
         # Each session's index charged to the budget; what it evicts (on whichever thread
         # needed the room) is forgotten here by the next call, on this index's own thread.
         self._charged = (budget or SHARED).cache("conversations.lines", self._evicted)
@@ -94,9 +97,9 @@ class Conversations:
             return key
         self._settle()
         messages, read = reading(body)
-        said = list(filter(None, map(_SAID, read)))  # at C speed: prompts' are None
         home = self.continues.get(key.id)
         if home is None and key.id not in self.lines:
+            said = _said(read)
             side = self._carried_on(said, key.owner)
             if side is None and (home := self._continuing(said, key.owner)) is None:
                 side = None if body.get("tools") else self._quoted(said, key.owner)
@@ -105,10 +108,10 @@ class Conversations:
             if home is not None:
                 self._remember(key.id, home)
         if home is not None and home in self.lines:
-            self._index(home, read, said)
+            self._index(home, read)
             self._charge(home)
             return SessionKey(home, "continued", key.owner)
-        self._index(key.id, read, said)
+        self._index(key.id, read)
         self._charge(key.id)
         return key
 
@@ -180,17 +183,23 @@ class Conversations:
         while len(self.continues) > self.max_sessions:
             self.continues.popitem(last=False)
 
-    def _index(self, session: str, read: list[Read], said: list[Said]) -> None:
+    def _index(self, session: str, read: list[Read]) -> None:
         self.lines.setdefault(session, OrderedDict())
         self.lines.move_to_end(session)
         end = read[-1] if read else None
         if end is not None and end.started:
-            last = said[-1][1] if end.said is not None else 0
-            first = _first_lines(said)
+            last = end.said[1] if end.said is not None else 0
+            first = _first_lines(filter(None, map(_SAID, read)))  # stops at the first user's
             self.histories[session] = History(end.length, end.chain, end.chars, last, first)
         # Agents rewrite their histories (aider moves finished exchanges ahead of its file
-        # messages): index every message not indexed before, not only the tail.
+        # messages): index every message not indexed before, not only the tail. A history
+        # that starts with the one indexed last time (its reading's very objects: the memo
+        # reuses them only for the same messages) has only its tail to look at.
         done = self.seen.setdefault(session, set())
+        upto = next((i for i, m in self.indexed.get(session, ()) if _at(read, i) is m), -1)
+        said = _said(read[upto + 1 :])
+        tail = range(len(read) - 1, max(len(read) - 1 - MARKS, -1), -1)
+        self.indexed[session] = [(i, read[i]) for i in tail]
         identities = list(map(_IDENTITY, said))  # at C speed: a resent history's are known
         fresh = set(identities) - done
         new = list(compress(said, map(fresh.__contains__, identities)))
@@ -250,6 +259,7 @@ class Conversations:
         for h in self.lines.pop(session, ()):
             self._drop(session, h)
         self.seen.pop(session, None)
+        self.indexed.pop(session, None)
         self.histories.pop(session, None)
         for fingerprint in [f for f, s in self.continues.items() if s == session]:
             del self.continues[fingerprint]
@@ -333,7 +343,15 @@ def _chains(said: list[Said]) -> tuple[list[int], int]:
     return chains, chars
 
 
-def _first_lines(said: list[Said]) -> frozenset[int]:
+def _at(read: list[Read], i: int) -> Read | None:
+    return read[i] if 0 <= i < len(read) else None
+
+
+def _said(read: list[Read]) -> list[Said]:
+    return list(filter(None, map(_SAID, read)))  # at C speed: prompts' are None
+
+
+def _first_lines(said: Iterable[Said]) -> frozenset[int]:
     first = next((text for role, _, text in said if role == "user"), "")
     return frozenset(hash(line) for line in _split(first))
 

@@ -108,15 +108,16 @@ def _known_messages() -> Any:
 
 
 def longest_stored_prefix(
-    s: Executor, session_id: str, chain: Sequence[str]
+    s: Executor, session_id: str, chain: Sequence[str], near: bool = False
 ) -> tuple[int, int | None]:
     """(position, entry id) of the longest stored prefix of `chain`, or (-1, None) if none.
 
     Stored prefixes are closed under truncation, so the chunks are probed from the end and
     the first chunk with a hit holds the answer: one query for a history that grew a little,
-    and one for a long history whose first message is not stored (a new session).
+    and one for a long history whose first message is not stored (a new session). `near`:
+    one of its last prefixes is known stored, so the first probe finds it (no check first).
     """
-    if len(chain) > CHUNK and not any_stored(s, session_id, chain):
+    if len(chain) > CHUNK and not near and not any_stored(s, session_id, chain):
         return -1, None
     for start, end in probes(len(chain)):
         window = chain[start:end]
@@ -163,11 +164,15 @@ def extend(
     now: datetime,
     chain: Sequence[str] | None = None,
     stored: tuple[int, int | None] | None = None,
+    near: bool = False,
 ) -> tuple[int, int]:
     """Store a history; return (id of its last entry, number of entries added). `stored`:
-    its longest stored prefix (position, entry id), when the caller looked it up already."""
+    its longest stored prefix (position, entry id), when the caller looked it up already;
+    `near`: one of its last prefixes is known stored (longest_stored_prefix)."""
     chain = prefix_chain(hashes) if chain is None else chain
-    pos, parent = stored if stored is not None else longest_stored_prefix(s, session_id, chain)
+    if stored is None:
+        stored = longest_stored_prefix(s, session_id, chain, near)
+    pos, parent = stored
     tail = range(pos + 1, len(hashes))
     store_messages(s, {hashes[i]: messages[i] for i in tail}, now)
     if len(tail) >= BULK:

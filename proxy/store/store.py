@@ -54,6 +54,7 @@ from strategies.messages import message_hash
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")
 SETTLE_S = 2.0  # at most this long an audit read waits for finishes being written
+NEAR = history.FIRST_PROBE  # last prefixes of a history looked for among those known stored
 
 
 class Store:
@@ -69,8 +70,9 @@ class Store:
         # SQLite: connections kept for the hot path's state reads (store/held.py)
         sqlite = self.engine.dialect.name == "sqlite"
         self._held = Held(self.engine, keep=2) if sqlite else None
-        # Histories stored, for record_request's one-trip way (PostgreSQL's).
-        self._known = turn.Known(turn.KNOWN if self._pg else 0)
+        # Histories stored: a request extending one by a message takes PostgreSQL's one-trip
+        # way, and on either database needs no look-up of how much of it is stored ahead.
+        self._known = turn.Known(turn.KNOWN)
         self.instance: str | None = None  # this process's InstanceRow id, once registered
         self._ids_key: bytes | None = None
         # Exchanges answered whose finish is still being written, by session (expect_finish).
@@ -135,7 +137,13 @@ class Store:
 
         chain = history.prefix_chain(raw)
         head = (session_id, source, key_id, model)
-        before = ahead.store_ahead(self._writer, head, messages, raw, chain)
+        # Hints (else the transaction below stores what is missing, as it finds it): a history
+        # one message longer than one stored, or one that ends a few messages past a stored
+        # one (a turn that branched from the answer), has nothing to store ahead and is found
+        # by its last few prefixes: no look-up of a long history.
+        continuing = len(raw) >= 2 and (session_id, chain[-2]) in self._known
+        near = continuing or any((session_id, c) in self._known for c in chain[-NEAR:])
+        before = 0 if near else ahead.store_ahead(self._writer, head, messages, raw, chain)
 
         def exchange_row(now: Any) -> dict[str, Any]:
             return {
@@ -160,8 +168,7 @@ class Store:
                 "cache_previous": new.cache_previous,
             }
 
-        continuing = len(raw) >= 2 and (session_id, chain[-2]) in self._known
-        if self._pg and continuing and not before:  # one round trip (turn.py)
+        if self._pg and continuing:  # one round trip (turn.py)
             row = exchange_row(utcnow())
             ref = turn.continue_history(self._writer, row, new, raw, chain, rewritten)
             if ref is not None:
@@ -174,7 +181,7 @@ class Store:
             leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
             added = 1
             if leaf is None:
-                leaf, added = history.extend(conn, session_id, messages, raw, now, chain)
+                leaf, added = history.extend(conn, session_id, messages, raw, now, chain, near=near)
             added += before
             row = {**exchange_row(now), "leaf_entry_id": leaf, "new_messages": added}
             if seq is None:

@@ -36,6 +36,25 @@ Headers = Mapping[str, str] | list[tuple[str, str]]
 SKIP = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")  # httpx already set ours
 
 
+class Parts(aiohttp.payload.Payload):
+    """A body as the buffers it was made of (send.encode_parts), written one after another: a
+    long history's bytes go to the socket as they are, not joined into one buffer first."""
+
+    _autoclose = True  # nothing to close: it may go again (a retry on a fresh connection)
+
+    def __init__(self, parts: list[bytes]) -> None:
+        super().__init__(parts, content_type="application/json")
+        self.parts = parts
+        self._size = sum(map(len, parts))
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return b"".join(self.parts).decode(encoding, errors)
+
+    async def write(self, writer: aiohttp.abc.AbstractStreamWriter) -> None:
+        for part in self.parts:
+            await writer.write(part)
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     def __init__(self, limits: httpx.Limits, *, fresh_connections: bool = False) -> None:
         # Without the private hook `_CheckedConnector` needs, only fresh connections are safe.
@@ -71,7 +90,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return await self.open(request, body, headers)
 
     async def open(
-        self, request: httpx.Request, body: bytes | None, headers: Headers
+        self, request: httpx.Request, body: bytes | Parts | None, headers: Headers
     ) -> httpx.Response:
         """Send `request` (its method, URL and timeouts; `body` and `headers` as they go out) on
         aiohttp directly; the answer comes back as httpx's Response, its body not read yet.
@@ -104,7 +123,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     async def _send(
         self,
         request: httpx.Request,
-        body: bytes | None,
+        body: bytes | Parts | None,
         headers: Headers,
         t: dict[str, Any],
     ) -> aiohttp.ClientResponse:

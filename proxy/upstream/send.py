@@ -23,9 +23,10 @@ from proxy.errors import (
     sse_error,
 )
 from proxy.settings import Upstream
+from proxy.upstream.aiotransport import Parts
 from proxy.upstream.pools import UpstreamClient
 from proxy.upstream.transport import MalformedAnswer
-from strategies.prefix import as_data, as_json
+from strategies.prefix import Encoded, as_data, as_json
 
 log = logging.getLogger("ctxproxy.upstream")
 
@@ -107,17 +108,20 @@ async def send(
     client's that the API needs passed along (anthropic-version, anthropic-beta)."""
     headers = {**(headers or {}), **request_headers(upstream)}
     url = upstream.base_url + path
-    if json is not None:
-        content, json = encode_json(json), None
-    if content is not None:
+    body: bytes | Parts | None = content
+    if json is not None:  # a long history's bytes go as they were made (encode_parts)
+        parts, json = encode_parts(json), None
+        body = parts[0] if len(parts) == 1 else Parts(parts)
+    if body is not None:
         headers["content-type"] = "application/json"
     deadline = asyncio.get_running_loop().time() + upstream.total_timeout
     target = parsed(url) if params is None else url
     pool = client.direct(parsed(upstream.base_url)) if isinstance(client, UpstreamClient) else None
     if pool is None:
         timeout = timeout_for(upstream)
+        whole = b"".join(body.parts) if isinstance(body, Parts) else body
         req = client.build_request(
-            method, target, content=content, params=params, headers=headers, timeout=timeout
+            method, target, content=whole, params=params, headers=headers, timeout=timeout
         )
         req.extensions[DEADLINE] = deadline
     else:  # aiohttp's pool, without httpx's client (auth, cookies, redirects, hooks) in between
@@ -130,7 +134,7 @@ async def send(
         async with asyncio.timeout(upstream.total_timeout):
             if pool is None:
                 return await client.send(req, stream=stream)
-            r = await pool.open(req, content, headers)
+            r = await pool.open(req, body, headers)
             if not stream:
                 try:
                     await r.aread()
@@ -206,6 +210,26 @@ def encode_json(data: Any) -> bytes:
             data, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=as_data
         )
         return text.encode("utf-8")
+
+
+# Not JSON anywhere in orjson's output (a string's NUL is escaped): marks where a history's
+# bytes go in the JSON of the rest of a body.
+_HOLE = b"\x00"
+
+
+def encode_parts(data: Any) -> list[bytes]:
+    """encode_json(data), as the buffers it is made of: a history's bytes this request made
+    already (Encoded) between the JSON before and after them, not copied into one buffer."""
+    made = [k for k, v in data.items() if isinstance(v, Encoded)] if isinstance(data, dict) else []
+    if len(made) == 1:
+        try:
+            rest = orjson.dumps({**data, made[0]: orjson.Fragment(_HOLE)})
+        except orjson.JSONEncodeError:  # the standard encoder decides (encode_json)
+            return [encode_json(data)]
+        before, hole, after = rest.partition(_HOLE)
+        if hole and _HOLE not in after:
+            return [before, data[made[0]].data, after]
+    return [encode_json(data)]
 
 
 def describe(exc: httpx.HTTPError) -> str:

@@ -57,6 +57,22 @@ def test_a_title_request_quoting_the_task_joins_it() -> None:
     assert place(c, title).id == main.id
 
 
+def test_each_new_message_of_a_growing_history_is_indexed_retries_too() -> None:
+    c = fresh()
+    agent, tools = "You are a coding agent.", [{"t": 1}]
+    turns = [TASK, ANSWER]
+    main = place(c, chat(agent, *turns, tools=tools))
+    for n in range(12):
+        retried = f"Step {n}: a first wording of this step that the agent sent, then retried."
+        said = f"Step {n}: the tokenizer still fails on input number {n} of the test suite."
+        assert place(c, chat(agent, *turns, retried, tools=tools)).id == main.id
+        assert place(c, chat(agent, *turns, said, tools=tools)).id == main.id
+        for quoted in (retried, said):
+            title = chat("Write a five-word title for this conversation.", quoted)
+            assert place(c, title).id == main.id
+        turns += [said, f"Looked at step {n}."]
+
+
 def test_a_new_conversation_that_quotes_nothing_opens_its_own_session() -> None:
     c = fresh()
     main = place(c, chat("You are a coding agent.", TASK, ANSWER))

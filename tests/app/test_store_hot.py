@@ -51,3 +51,38 @@ def test_the_write_ahead_log_stops_growing_while_a_session_runs(tmp_path: Path) 
         reopened.close()
     assert last is not None and last.exchange.status == 200
     assert last.response == messages[-2]
+
+
+def test_a_long_history_that_branches_near_its_end_stores_only_its_new_tail(
+    tmp_path: Path,
+) -> None:
+    # Each turn goes on from a few messages before the answer stored (as agents that resend
+    # their own step rather than the answer do): the new tail, whatever was deleted meanwhile.
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    store.upgrade()
+    history = [{"role": "user", "content": f"message {i}"} for i in range(1_300)]
+    try:
+        previous = 0
+        for n in (1_200, 1_202, 1_206):
+            ref = store.record_request(new_request("s", history[:n]))
+            assert ref.new_messages == n - previous
+            previous = n
+            turn_answer = {"role": "assistant", "content": f"answer {n}"}
+            store.finish_exchange(
+                ref,
+                status=200,
+                latency_ms=1.0,
+                ttft_ms=None,
+                response=turn_answer,
+                partial=False,
+                usage=None,
+                error=None,
+            )
+        assert store.delete_session("s")
+        ref = store.record_request(new_request("s", history[:1_208]))  # the hint is stale now
+        assert ref.new_messages == 1_208
+        stored = store.get_history("s", ref.leaf_entry_id)
+    finally:
+        store.close()
+    assert stored is not None
+    assert [m.message for m in stored.messages] == history[:1_208]

@@ -334,3 +334,21 @@ def test_many_concurrent_streams(proxy: ServerThread) -> None:
             return await asyncio.gather(*(one(i, c) for i in range(32)))
 
     assert asyncio.run(main()) == [f"echo: n{i}" for i in range(32)]
+
+
+def test_a_long_history_reaches_the_upstream_as_the_same_bytes(
+    proxy: ServerThread, script: Script
+) -> None:
+    import orjson
+
+    messages = [{"role": "user", "content": "hello there"}]
+    for i in range(300):
+        messages += [
+            {"role": "assistant", "content": f"answer {i} é 😀 " + "x" * 300},
+            {"role": "user", "content": f"next {i}"},
+        ]
+    body = {"model": "echo", "messages": messages, "temperature": 0.5}
+    for turn in (body, {**body, "messages": [*messages, *messages[1:3]]}):
+        r = httpx.post(proxy.url + "/v1/chat/completions", json=turn, timeout=30)
+        assert r.status_code == 200, r.text
+        assert script.raw[-1] == orjson.dumps(turn)

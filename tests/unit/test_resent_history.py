@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from proxy.errors import BadRequest
 from proxy.exchange.pairing import InvalidToolPairing, apply_policy, faults_of
 from proxy.formats.chat import chat_head
-from proxy.upstream.send import encode_json
+from proxy.upstream.send import encode_json, encode_parts
 from strategies import invariants
 from strategies.prefix import as_json, dumped, encoded, request_scope
 
@@ -96,3 +96,17 @@ def test_a_view_left_as_it_came_goes_as_the_same_bytes() -> None:
         # A field orjson refuses: the standard encoder writes the whole body, messages too.
         big = {**body, "seed": 2**70, "messages": encoded(view, messages)}
         assert json.loads(encode_json(big)) == {**body, "seed": 2**70}
+
+
+def test_a_view_left_as_it_came_goes_as_its_parts_with_the_same_bytes() -> None:
+    messages = [user("é \u2028 😀 \x00"), {"role": "assistant", "content": "x", "t": 0.1}]
+    body = {"model": "m", "messages": messages, "temperature": 0.5, "stop": ["\x00"]}
+    with request_scope():
+        made = dumped(messages)
+        outgoing = {**body, "messages": encoded(list(messages), messages)}
+        parts = encode_parts(outgoing)
+        assert len(parts) == 3 and parts[1] is made  # the history's bytes, not a copy
+        assert b"".join(parts) == encode_json(outgoing) == orjson.dumps(body)
+        big = {**body, "seed": 2**70, "messages": encoded(list(messages), messages)}
+        assert encode_parts(big) == [encode_json(big)]
+    assert encode_parts(body) == [orjson.dumps(body)]  # nothing made already: one buffer

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from strategies.context import OverBudget
 from strategies.messages import canonical_json
@@ -158,3 +160,17 @@ def test_a_cut_latest_user_message_uses_the_room_left():
     used = sum(COUNTER.count_message(m) for m in result.view) + 3
     assert used <= 900 and used >= 900 - 40  # the room is used, within a line's worth
     assert latest.startswith("Here:\nline 0:") and latest.endswith(paste[-20:])
+
+
+@given(
+    st.integers(0, 50_000),
+    st.floats(0.01, 1.0),
+    st.floats(0.01, 1.0),
+    st.integers(0, 2_000),
+    st.integers(0, 60_000),
+)
+def test_the_trigger_never_falls_as_the_fixed_part_grows(budget, trigger, target, excerpt, fixed):
+    # compile_view places the fixed part only when a view passes the trigger placed at none
+    plan = Plan(["tiered"], budget, int(target * budget), int(trigger * budget), excerpt=excerpt)
+    assert plan.within(fixed).trigger >= plan.within(0).trigger
+    assert plan.within(fixed + 1).trigger >= plan.within(fixed).trigger

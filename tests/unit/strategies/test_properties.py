@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 import re
 
 from hypothesis import HealthCheck, Phase, event, example, given, settings
@@ -23,6 +24,7 @@ from strategies.invariants import final_turn, kept_in_latest, pairing_problems
 from strategies.lineage import Lineage
 from strategies.messages import PROMPT_ROLES, canonical_json, iterations, recall_ref
 from strategies.pipeline import request_points
+from strategies.state import ViewState
 from strategies.traceback import elided
 from strategies.working_set import is_error_output, working_set
 
@@ -407,3 +409,29 @@ def test_the_working_set_is_never_a_content_viewing_output(steps):
     ]
     if ran:  # the newest run that failed is held, whatever was read after it
         assert ran[-1] in working_set(msgs, context)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=history(), window=st.integers(1500, 40_000))
+def test_a_turn_that_compacts_nothing_keeps_the_state_a_pass_over_its_view_makes(msgs, window):
+    prior = None
+    for end in request_points(msgs)[1:]:
+        sent = msgs[:end]
+        body = {"messages": sent, "max_tokens": 256}
+        try:
+            result = compile_request(
+                body, window=window, settings=CompactionSettings(), counter=COUNTER, prior=prior
+            )
+        except ContextLengthExceeded:
+            return
+        state = result.state
+        if prior is not None and not [e for e in result.events if not e.replayed]:
+            lineage = Lineage(sent)
+            view = prior.restore(sent, lineage) + sent[prior.covered :]
+            assert all(map(operator.is_, view, result.messages))
+            captured = ViewState.capture(
+                len(sent), view, lineage, state.carried, state.view_tokens, state.original_tokens
+            )
+            assert state == captured and state.forms == captured.forms
+            event("appended to a compacted view" if prior.forms else "appended")
+        prior = state
