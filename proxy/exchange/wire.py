@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
+import orjson
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
@@ -25,6 +26,7 @@ from proxy.formats.reminders import fold
 from proxy.formats.toolnames import REMOVED_KEY
 from proxy.settings import Upstream
 from proxy.upstream import send as up
+from strategies.messages import orjson_exact
 
 API_KEY = "ctxproxy_api"  # in the stored request: which API the exchange came in on
 PRIVATE = "ctxproxy_"  # keys of the stored request that are never forwarded
@@ -188,7 +190,7 @@ class Wire:
                 return self._error(r, headers)
             completion = json.loads(content)  # recall rounds answered, their calls taken out
             answer = self.codec.from_completion(completion, exchange.model, self.conversion)
-            return JSONResponse(answer, r.status_code, headers)
+            return _json_response(answer, r.status_code, headers)
         await guards.unless_gone(request, exchange, self._read_native(r, exchange, upstream))
         if r.status_code >= 400:
             await exchange.finish(status=r.status_code, error=self._error_of(r))
@@ -250,6 +252,18 @@ class Wire:
 
     def _error(self, r: httpx.Response, headers: dict[str, str]) -> Response:
         return JSONResponse(self._error_of(r), r.status_code, headers)
+
+
+def _json_response(content: Any, status: int, headers: dict[str, str]) -> Response:
+    """JSONResponse's very bytes, made by orjson where it writes the same (no floats, 64-bit
+    integers: strategies.messages.orjson_exact): a Responses answer echoes the request's
+    instructions and tools, ~60 KB from Codex, which the standard encoder takes 0.3 ms for."""
+    if orjson_exact(content):
+        try:
+            return Response(orjson.dumps(content), status, headers, media_type="application/json")
+        except orjson.JSONEncodeError:  # a lone surrogate: JSONResponse says what of it
+            pass
+    return JSONResponse(content, status, headers)
 
 
 def _json(content: bytes) -> Any:
