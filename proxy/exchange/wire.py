@@ -191,12 +191,13 @@ class Wire:
             completion = json.loads(content)  # recall rounds answered, their calls taken out
             answer = self.codec.from_completion(completion, exchange.model, self.conversion)
             return _json_response(answer, r.status_code, headers)
-        await guards.unless_gone(request, exchange, self._read_native(r, exchange, upstream))
+        read = self._read_native(r, exchange, upstream)
+        data = await guards.unless_gone(request, exchange, read)
         if r.status_code >= 400:
             await exchange.finish(status=r.status_code, error=self._error_of(r))
             return self._error(r, headers)
         return Response(
-            self._named(r.content), r.status_code, headers, media_type="application/json"
+            self._named(r.content, data), r.status_code, headers, media_type="application/json"
         )
 
     def _limited(self, native: dict[str, Any], limit: int | None) -> dict[str, Any]:
@@ -207,10 +208,9 @@ class Wire:
             return {**native, key: limit}
         return native
 
-    def _named(self, content: bytes) -> bytes:
-        """A native answer under ctxproxy's id where the API's ids are ours (Responses': so
-        that previous_response_id finds it in the store)."""
-        data = _json(content)
+    def _named(self, content: bytes, data: Any) -> bytes:
+        """A native answer (`data`: its content parsed) under ctxproxy's id where the API's ids
+        are ours (Responses': so that previous_response_id finds it in the store)."""
         if not self.conversion.answer_id or not isinstance(data, dict):
             return content
         return json.dumps({**data, "id": self.conversion.answer_id}).encode()
@@ -228,7 +228,8 @@ class Wire:
 
     async def _read_native(
         self, r: httpx.Response, exchange: steps.Exchange, upstream: Upstream
-    ) -> None:
+    ) -> Any:
+        """The answer read whole, checked and recorded: its content parsed (None if no JSON)."""
         try:
             await up.read(r, upstream)
             data = _json(r.content)
@@ -246,6 +247,7 @@ class Wire:
                 response=self.codec.neutral_answer(data),
                 usage=self.codec.usage_to_openai(data.get("usage")),
             )
+        return data
 
     def _error_of(self, r: httpx.Response) -> dict[str, Any]:
         return self.codec.upstream_error(r.status_code, r.content)
