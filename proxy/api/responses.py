@@ -46,8 +46,9 @@ async def create_response(
         messages += neutral["messages"][len(head) :]
         # Sent natively, the whole history goes: the upstream must not add its own to it.
         raw = {k: v for k, v in body.items() if k != "previous_response_id"}
+        # The stored history is new to the converters: how much of it is known, unknown.
         conversion = dataclasses.replace(
-            conversion, body={**neutral, "messages": messages}, raw=raw
+            conversion, body={**neutral, "messages": messages}, raw=raw, unseen=None
         )
     wire = Wire(RESPONSES, conversion, request, services.wire_fallbacks)
     body = wire.body()

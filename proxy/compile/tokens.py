@@ -15,6 +15,7 @@ import hashlib
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from operator import is_
 from typing import Any
 
 import orjson
@@ -51,6 +52,10 @@ class TokenCounter:
         self._cache = (budget or SHARED).cache("tokens.counts")  # content key -> raw count
         # Tool lists by their JSON: an agent sends the same ~24 definitions every turn.
         self._tools: OrderedDict[bytes, int] = OrderedDict()
+        # The last list's definitions (held) and its count: the Messages and Responses
+        # converters hand each turn the very definitions of the last (formats/seen.py's Fixed,
+        # never changed in place), which then need no JSON. Shared with corrected() views.
+        self._last_tools: list[tuple[tuple[Any, ...], int]] = []
         self._histories: PrefixMemo[int] = PrefixMemo(
             "tokens.histories", value_bytes=210, budget=budget
         )
@@ -86,6 +91,14 @@ class TokenCounter:
     def count_tools(self, tools: Sequence[Any] | None) -> int:
         if not tools:
             return 0
+        last = self._last_tools[-1:]
+        if last and len(last[0][0]) == len(tools) and all(map(is_, last[0][0], tools)):
+            return last[0][1]
+        count = self._count_tools_by_json(tools)
+        self._last_tools[:] = [(tuple(tools), count)]
+        return count
+
+    def _count_tools_by_json(self, tools: Sequence[Any]) -> int:
         try:  # the key only: equal bytes are equal definitions, whatever orjson does to floats
             key = hashlib.sha256(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)).digest()
         except (orjson.JSONEncodeError, TypeError):

@@ -57,6 +57,12 @@ TRANSIENT_MESSAGES = 20_000
 # continuing turn, a few for a new session, where a thread hop costs a few tenths and, at many
 # clients, turns at the GIL with the loop. A body of unknown length (none read) is not.
 HERE_BYTES = 64 * 1024
+# So is a longer Messages or Responses request whose new part is that short (an agent's next
+# turn: its ~150 KB of system prompt and tools known, hashed, counted and stored before; what
+# is left of the work on the rest is orjson's and memcmp's), up to this long and this many
+# messages (past them the work on what is known alone would keep the loop too long).
+HERE_KNOWN_BYTES = 1 << 20
+HERE_KNOWN_MESSAGES = 500
 
 
 async def run(
@@ -99,7 +105,7 @@ async def _exchange(
     if upstream is None:
         raise ModelNotFound(chat.model)
     exchange = Exchange(services, timing, upstream.name, chat.model)
-    exchange.here = services.store.local and len(request.scope.get(RAW_BODY, b"")) <= HERE_BYTES
+    exchange.here = services.store.local and _short(request, body, wire)
     exchange.observed = observing(request, settings)
     owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
@@ -150,6 +156,17 @@ async def _exchange(
         with anyio.CancelScope(shield=True):  # however it ended, the request is recorded
             await exchange.recorded()
     return Recorded(answer, exchange)
+
+
+def _short(request: Request, body: dict[str, Any], wire: Wire | None) -> bool:
+    """Whether the exchange's store and compile are short work (see HERE_BYTES)."""
+    size = len(request.scope.get(RAW_BODY, b""))
+    if size <= HERE_BYTES:
+        return True
+    unseen = wire.conversion.unseen if wire is not None else None
+    if unseen is None or unseen > HERE_BYTES or size > HERE_KNOWN_BYTES:
+        return False
+    return len(body["messages"]) <= HERE_KNOWN_MESSAGES
 
 
 async def _forward(

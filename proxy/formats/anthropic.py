@@ -15,7 +15,7 @@ from proxy.errors import BadRequest, ContextLengthExceeded, ProxyError
 from proxy.formats import shapes, tools
 from proxy.formats.groups import Conversion, Group, restore, split_head, text_of
 from proxy.formats.reasoning import reasoning_of, thinking_block
-from proxy.formats.seen import Seen
+from proxy.formats.seen import Fixed, Seen
 from proxy.formats.toolnames import REMOVED_KEY
 
 API = "messages"
@@ -23,40 +23,62 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 # Copied into the neutral request when present; the rest stays in the raw request only.
 _PASSED = ("model", "max_tokens", "temperature", "top_p", "top_k", "stream")
 SEEN = Seen("seen.anthropic")  # messages already converted: a session resends them every turn
+# The system prompt and tools, checked and converted once: (the head's text, chat tools, notes
+# of the server tools left out), shared by the requests that send them (never changed).
+FIXED: Fixed[tuple[str | None, list[dict[str, Any]] | None, list[dict[str, Any]]]] = Fixed(
+    "seen.anthropic.fixed"
+)
 
 
 def to_neutral(raw: dict[str, Any]) -> Conversion:
     messages = raw.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: at least one message is required", param="messages")
-    shapes.anthropic_request(raw)
+    shapes.anthropic_fields(raw)
+    fixed, unseen = FIXED.convert((raw.get("system"), raw.get("tools")), _fixed)
+    shapes.anthropic_choice(raw)
     body: dict[str, Any] = {k: raw[k] for k in _PASSED if k in raw}
     neutral: list[dict[str, Any]] = []
     groups: list[Group] = []
     head = None
-    if raw.get("system"):
-        head = {"role": "system", "content": text_of(_parts(raw["system"]))}
+    if fixed[0] is not None:
+        head = {"role": "system", "content": fixed[0]}
         neutral.append(head)
-    for msg, converted in zip(messages, SEEN.convert_all(messages, _checked_message), strict=True):
-        groups.append(Group([msg], converted))
-        neutral.extend(converted)
+    converted, new = SEEN.convert_all(messages, _checked_message)
+    for msg, one in zip(messages, converted, strict=True):
+        groups.append(Group([msg], one))
+        neutral.extend(one)
     body["messages"] = neutral
-    _options(raw, body)
-    return Conversion(body, raw, groups, head)
+    _options(raw, body, fixed[1:])
+    return Conversion(body, raw, groups, head, unseen=unseen + new)
 
 
-def _options(raw: dict[str, Any], body: dict[str, Any]) -> None:
+def _fixed(
+    parts: tuple[Any, Any],
+) -> tuple[str | None, list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    system, client_tools = parts
+    shapes.anthropic_fixed(system, client_tools)
+    text = text_of(_parts(system)) if system else None
+    return text, tools.anthropic_tools(client_tools), tools.anthropic_server_tools(client_tools)
+
+
+def _options(
+    raw: dict[str, Any],
+    body: dict[str, Any],
+    converted: tuple[list[dict[str, Any]] | None, list[dict[str, Any]]],
+) -> None:
+    chat_tools, removed = converted
     if isinstance(raw.get("stop_sequences"), list):
         body["stop"] = raw["stop_sequences"]
-    if converted := tools.anthropic_tools(raw.get("tools")):
-        body["tools"] = converted
+    if chat_tools:
+        body["tools"] = list(chat_tools)  # its own list: the definitions are FIXED's
         choice, parallel = tools.anthropic_tool_choice(raw.get("tool_choice"))
         if choice is not None:
             body["tool_choice"] = choice
         if parallel is not None:
             body["parallel_tool_calls"] = parallel
-    if removed := tools.anthropic_server_tools(raw.get("tools")):
-        body[REMOVED_KEY] = removed
+    if removed:
+        body[REMOVED_KEY] = list(removed)
     metadata = raw.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         body["user"] = metadata["user_id"]  # Claude Code's is per session: it names the session

@@ -27,6 +27,8 @@ class Conversion:
     groups: list[Group]
     head: dict[str, Any] | None = None  # the neutral system message made of system/instructions
     answer_id: str = ""  # the id the answer gets, when the API's ids are ctxproxy's own
+    # Bytes of it that no earlier request sent (formats/seen.py); None: not known.
+    unseen: int | None = None
 
 
 def restore(

@@ -15,7 +15,7 @@ from proxy.errors import BadRequest
 from proxy.formats import shapes, toolnames, tools
 from proxy.formats.groups import Conversion, Group, restore, split_head, text_of
 from proxy.formats.reasoning import reasoning_item, reasoning_of
-from proxy.formats.seen import Seen
+from proxy.formats.seen import Fixed, Seen
 
 API = "responses"
 _PASSED = ("model", "temperature", "top_p", "stream", "parallel_tool_calls", "user")
@@ -23,10 +23,15 @@ _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 _CALLS = ("function_call", "custom_tool_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
 SEEN = Seen("seen.responses")  # items already converted: a session resends them every turn
+# The instructions and tools, the tools checked and converted once: (chat tools, notes of those
+# left out), shared by the requests that send them (never changed).
+FIXED: Fixed[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = Fixed("seen.responses.fixed")
 
 
 def to_neutral(raw: dict[str, Any]) -> Conversion:
-    shapes.responses_request(raw)
+    shapes.responses_fields(raw)
+    fixed = (raw.get("instructions"), raw.get("tools"))
+    (converted, removed), unseen = FIXED.convert(fixed, _fixed)
     items = raw.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
@@ -38,22 +43,27 @@ def to_neutral(raw: dict[str, Any]) -> Conversion:
     head = None
     if isinstance(raw.get("instructions"), str) and raw["instructions"]:
         head = {"role": "system", "content": raw["instructions"]}
-    groups = _groups(items)
+    groups, new = _groups(items)
     body["messages"] = ([head] if head else []) + [m for g in groups for m in g.neutral]
-    converted, removed = toolnames.chat_tools(raw.get("tools"))
     if converted:
-        body["tools"] = converted
+        body["tools"] = list(converted)  # its own list: the definitions are FIXED's
         if (choice := tools.responses_tool_choice(raw.get("tool_choice"))) is not None:
             body["tool_choice"] = choice
     if removed:
-        body[toolnames.REMOVED_KEY] = removed
+        body[toolnames.REMOVED_KEY] = list(removed)
     if raw.get("stream"):
         body["stream_options"] = {"include_usage": True}
     if (response_format := _format(raw.get("text"))) is not None:
         body["response_format"] = response_format
     if isinstance(raw.get("prompt_cache_key"), str) and "user" not in body:
         body["user"] = raw["prompt_cache_key"]  # Codex's is its conversation id: the session
-    return Conversion(body, raw, groups, head)
+    return Conversion(body, raw, groups, head, unseen=unseen + new)
+
+
+def _fixed(parts: tuple[Any, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    client_tools = parts[1]  # the instructions need no conversion: they count as seen or not
+    shapes.responses_tools(client_tools)
+    return toolnames.chat_tools(client_tools)
 
 
 def _format(text: Any) -> dict[str, Any] | None:
@@ -67,11 +77,13 @@ def _format(text: Any) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def _groups(items: list[Any]) -> list[Group]:
+def _groups(items: list[Any]) -> tuple[list[Group], int]:
+    """The items' groups, and the bytes of those no earlier request sent."""
     groups: list[Group] = []
     pending: list[Any] = []  # items with no neutral form: they go with the next message
     joinable = False  # whether a function_call joins the last group's assistant message
-    for item, converted in zip(items, SEEN.convert_all(items, _checked_item), strict=True):
+    all_converted, unseen = SEEN.convert_all(items, _checked_item)
+    for item, converted in zip(items, all_converted, strict=True):
         if item.get("type", "message") in _CALLS and joinable and not pending:
             last = groups[-1].neutral[-1]  # a new list: the one it holds may be SEEN's
             last["tool_calls"] = [*last.get("tool_calls", []), *converted[0]["tool_calls"]]
@@ -88,7 +100,7 @@ def _groups(items: list[Any]) -> list[Group]:
         if not groups:
             raise BadRequest("input: no message or tool call in it", param="input")
         groups[-1].raw.extend(pending)
-    return groups
+    return groups, unseen
 
 
 def _checked_item(item: Any, i: int) -> list[dict[str, Any]]:
@@ -278,7 +290,7 @@ def usage_to_openai(usage: Any) -> dict[str, Any] | None:
 
 def neutral_answer(data: dict[str, Any]) -> dict[str, Any]:
     """A Responses answer's output as the neutral assistant message the audit records."""
-    groups = _groups([i for i in data.get("output") or [] if isinstance(i, dict)] or [{}])
+    groups, _ = _groups([i for i in data.get("output") or [] if isinstance(i, dict)] or [{}])
     messages = [m for g in groups for m in g.neutral if m["role"] == "assistant"]
     if not messages:
         return {"role": "assistant", "content": ""}

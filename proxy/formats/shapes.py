@@ -49,15 +49,29 @@ RESPONSES_TOOL = {
 }
 
 
-def anthropic_request(raw: dict[str, Any]) -> None:
-    """The request's fields but its messages: anthropic_message checks each of those."""
+# A request's fields but its messages are checked in three steps, in this order:
+# anthropic_fields, anthropic_fixed (the part an agent resends unchanged, checked once per
+# distinct bytes: formats/seen.py's Fixed), anthropic_choice; anthropic_message checks each
+# message. Responses': responses_fields, responses_tools, then responses_item for each item.
+
+
+def anthropic_fields(raw: dict[str, Any]) -> None:
+    """The model and the types of the top-level fields."""
     _model(raw)
     _fields(raw, {"system": (str, list, type(None)), "tools": (list, type(None))}, "")
     _fields(raw, {"tool_choice": (dict, type(None)), "metadata": (dict, type(None))}, "")
-    if isinstance(raw.get("system"), list):
-        _anthropic_blocks(raw["system"], "system")
-    for i, tool in enumerate(raw.get("tools") or []):
+
+
+def anthropic_fixed(system: Any, tools: Any) -> None:
+    """The system blocks and the tools (of the types anthropic_fields checked)."""
+    if isinstance(system, list):
+        _anthropic_blocks(system, "system")
+    for i, tool in enumerate(tools or []):
         _fields(_object(tool, f"tools.{i}"), ANTHROPIC_TOOL, f"tools.{i}")
+
+
+def anthropic_choice(raw: dict[str, Any]) -> None:
+    """tool_choice's fields."""
     if isinstance(raw.get("tool_choice"), dict):
         _fields(raw["tool_choice"], {"type": STR, "name": STR}, "tool_choice")
 
@@ -84,12 +98,16 @@ def _anthropic_blocks(blocks: list[Any], where: str) -> None:
             _anthropic_blocks(block["content"], f"{at}.content")
 
 
-def responses_request(raw: dict[str, Any]) -> None:
-    """The request's fields but its input items: responses_item checks each of those."""
+def responses_fields(raw: dict[str, Any]) -> None:
+    """The model and the types of the top-level fields."""
     _model(raw)
     fields = {"instructions": OPT_STR, "tools": (list, type(None)), "text": (dict, type(None))}
     _fields(raw, fields | {"previous_response_id": OPT_STR, "input": TEXT_OR_LIST}, "")
-    for i, tool in enumerate(raw.get("tools") or []):
+
+
+def responses_tools(tools: Any) -> None:
+    """Each function tool's fields (`tools` a list or None, as responses_fields checked)."""
+    for i, tool in enumerate(tools or []):
         if _object(tool, f"tools.{i}").get("type") == "function":
             _fields(tool, RESPONSES_TOOL, f"tools.{i}")
 

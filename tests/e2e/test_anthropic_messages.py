@@ -137,6 +137,34 @@ def test_forty_step_history_into_4k_window(start_proxy, settings_for, upstream_u
     assert sum(m["role"] == "tool" for m in stored) == 40
 
 
+def test_an_agent_sized_session_continues_as_it_began(proxy: ServerThread, script: Script) -> None:
+    """Claude Code's ~150 KB of system prompt and tools, resent each turn: a next turn (only its
+    new step unseen, so its work runs on the event loop) goes upstream and into the store as
+    the first turn did, and so does one whose system prompt changed."""
+    text = "You are a careful coding agent. " * 3000
+    tools = [{**WEATHER, "name": f"tool_{i}", "description": "x" * 2000} for i in range(20)]
+    fixed = {"model": "echo", "max_tokens": 64, "tools": tools}
+    turns = [
+        (text, {**fixed, "system": [{"type": "text", "text": text}], "messages": tool_history(3)}),
+        (text, {**fixed, "system": [{"type": "text", "text": text}], "messages": tool_history(4)}),
+        ("You are terse.", {**fixed, "system": "You are terse.", "messages": tool_history(4)}),
+    ]
+    for n, (system, body) in enumerate(turns, 1):
+        r = httpx.post(
+            proxy.url + "/v1/messages", json=body, headers={"x-session-id": "big"}, timeout=30
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["content"][0]["text"] == "echo: what now?"
+        sent = script.received[-1]
+        assert sent["messages"][0] == {"role": "system", "content": system}
+        assert [t["function"]["name"] for t in sent["tools"]] == [t["name"] for t in tools]
+        assert sum(m["role"] == "tool" for m in sent["messages"]) == len(body["messages"]) // 2
+        detail = httpx.get(f"{proxy.url}/sessions/big/exchanges/{n}", timeout=10).json()
+        assert detail["exchange"]["status"] == 200
+        assert detail["response"]["content"] == "echo: what now?"
+        assert detail["request"]["messages"] == sent["messages"]
+
+
 def test_errors_in_anthropic_envelope(start_proxy, settings_for) -> None:
     proxy = start_proxy(settings_for(api_keys=["sekrit"]))
     with pytest.raises(anthropic.AuthenticationError) as denied:

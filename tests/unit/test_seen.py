@@ -120,8 +120,8 @@ def test_responses_joined_calls_leave_the_cached_messages_alone() -> None:
 
 def fresh(convert: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
     """What a process that never saw anything makes of `body`."""
-    anthropic.SEEN.clear()
-    responses.SEEN.clear()
+    for seen in (anthropic.SEEN, anthropic.FIXED, responses.SEEN, responses.FIXED):
+        seen.clear()
     return copy.deepcopy(convert(copy.deepcopy(body)).body["messages"])
 
 
@@ -157,3 +157,64 @@ def test_a_bad_item_after_a_known_history_is_refused_by_its_place() -> None:
     assert responses.to_neutral(copy.deepcopy(body)).body["messages"] == fresh(
         responses.to_neutral, body
     )
+
+
+def claude_agent_turn(steps: int, system: str = "You are a coding agent. " * 4000) -> dict:
+    tools = [
+        {"name": f"Tool{i}", "description": f"tool {i}", "input_schema": {"type": "object"}}
+        for i in range(4)
+    ]
+    return {**claude_turn(steps), "system": [{"type": "text", "text": system}], "tools": tools}
+
+
+def test_unseen_counts_what_no_earlier_request_sent() -> None:
+    anthropic.SEEN.clear()
+    anthropic.FIXED.clear()
+    first = anthropic.to_neutral(copy.deepcopy(claude_agent_turn(3)))
+    assert first.unseen is not None and first.unseen > 96_000  # the system prompt is new
+    again = anthropic.to_neutral(copy.deepcopy(claude_agent_turn(3)))
+    assert again.unseen == 0 and again.body == first.body
+    grown = anthropic.to_neutral(copy.deepcopy(claude_agent_turn(4)))
+    assert 0 < grown.unseen < 300  # only the new step: its call and its result
+    edited = anthropic.to_neutral(copy.deepcopy(claude_agent_turn(4, "Be brief. " * 9000)))
+    assert edited.unseen > 90_000
+    assert edited.body["messages"][0] == {"role": "system", "content": "Be brief. " * 9000}
+
+
+def test_fixed_parts_convert_as_a_fresh_process_would_and_bad_ones_are_refused_every_time() -> None:
+    body = claude_agent_turn(2)
+    body["tools"].append({"type": "web_search_20250305", "name": "web_search"})
+    expected = fresh(anthropic.to_neutral, body)
+    tools = [t["function"]["name"] for t in anthropic.to_neutral(copy.deepcopy(body)).body["tools"]]
+    for _ in range(2):
+        warm = anthropic.to_neutral(copy.deepcopy(body))
+        assert warm.body["messages"] == expected
+        assert [t["function"]["name"] for t in warm.body["tools"]] == tools
+        assert warm.body["ctxproxy_tools_removed"][0]["name"] == "web_search"
+        warm.body["tools"].pop()  # one request's list is its own
+    bad = copy.deepcopy(body)
+    bad["tools"][1]["input_schema"] = "not an object"
+    for _ in range(2):
+        with pytest.raises(BadRequest, match=r"tools\.1\.input_schema"):
+            anthropic.to_neutral(copy.deepcopy(bad))
+
+
+def test_responses_unseen_and_its_fixed_tools() -> None:
+    body = {
+        **codex_turn(2),
+        "instructions": "Work carefully. " * 5000,
+        "tools": [{"type": "function", "name": "sh", "parameters": {"type": "object"}}],
+    }
+    expected = fresh(responses.to_neutral, body)
+    responses.SEEN.clear()
+    responses.FIXED.clear()
+    first = responses.to_neutral(copy.deepcopy(body))
+    assert first.unseen is not None and first.unseen > 80_000
+    again = responses.to_neutral(copy.deepcopy(body))
+    assert again.unseen == 0 and again.body["messages"] == expected
+    assert again.body["tools"] == [
+        {"type": "function", "function": {"name": "sh", "parameters": {"type": "object"}}}
+    ]
+    grown = copy.deepcopy(body)
+    grown["input"].append({"type": "message", "role": "user", "content": "And now?"})
+    assert 0 < responses.to_neutral(grown).unseen < 100

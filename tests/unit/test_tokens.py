@@ -141,3 +141,25 @@ def test_a_tool_list_seen_before_is_not_tokenized_again() -> None:
     for i in range(tokens.TOOL_LISTS + 10):
         counter.count_tools(tools(f"tool {i}"))
     assert len(counter._tools) == tokens.TOOL_LISTS
+
+
+def test_the_same_definitions_again_are_counted_without_their_json(monkeypatch) -> None:
+    from proxy.compile import tokens
+
+    counter = TokenCounter()
+    dumps: list[object] = []
+    real = tokens.orjson.dumps
+
+    def spy(value: object, *args: object, **kwargs: object) -> bytes:
+        dumps.append(value)
+        return real(value, *args, **kwargs)
+
+    monkeypatch.setattr(tokens.orjson, "dumps", spy)
+    read = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
+    write = {"type": "function", "function": {"name": "write", "parameters": {"type": "object"}}}
+    first = counter.count_tools([read, write])
+    assert counter.corrected(1.2).count_tools([read, write]) == first  # a new list, same dicts
+    assert len(dumps) == 1
+    assert counter.count_tools([read]) < first  # other definitions: by their JSON
+    assert counter.count_tools([read, dict(write)]) == first
+    assert len(dumps) == 3

@@ -445,3 +445,22 @@ def test_a_reminder_between_a_call_and_its_result_waits_for_the_result() -> None
     folded = reminders.fold(view)
     assert [m["role"] for m in folded] == ["system", "user", "assistant", "tool", "assistant"]
     assert folded[3]["content"].startswith("out") and "Mind the budget." in folded[3]["content"]
+
+
+def test_a_translated_answer_has_the_bytes_json_response_gives_it() -> None:
+    from starlette.responses import JSONResponse
+
+    from proxy.exchange.wire import _json_response
+
+    text = "".join(chr(i) for i in range(0x800)) + "\u2028\U0001f600"
+    answers = [
+        {"output": [{"text": text}], "tools": [{"n": [1, -2, True, None, 2**63, -(2**63)]}]},
+        {"temperature": 0.7, "top_p": 1e-05, "big": 1e16},  # floats: the standard encoder's
+        {"id": 2**70},  # past 64 bits
+    ]
+    for answer in answers:
+        ours = _json_response(answer, 200, {"x-a": "b"})
+        theirs = JSONResponse(answer, 200, {"x-a": "b"})
+        assert ours.body == theirs.body and ours.raw_headers == theirs.raw_headers
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate, refused as before
+        _json_response({"text": "\ud800"}, 200, {})
