@@ -115,7 +115,18 @@ def load(s: Executor, session_id: str, chain: Sequence[str]) -> Prior | None:
 
 
 def _probe(s: Executor, session_id: str, window: Sequence[str]) -> Any:
-    return s.execute(_latest_state(len(window)), {"sid": session_id, **listed("c", window)}).first()
+    return s.execute(*probe(session_id, window)).first()
+
+
+def probe(session_id: str, window: Sequence[str]) -> tuple[Any, dict[str, Any]]:
+    """The query for the newest state on one of `window`'s prefixes, and its parameters."""
+    return _latest_state(len(window)), {"sid": session_id, **listed("c", window)}
+
+
+def first_probe(session_id: str, chain: Sequence[str]) -> tuple[Any, dict[str, Any]] | None:
+    """load's first query, which finds a continuing session's state (None: load asks none)."""
+    first = next(iter(history.probes(len(chain))), None)
+    return None if first is None else probe(session_id, chain[first[0] : first[1]])
 
 
 @lru_cache(maxsize=64)

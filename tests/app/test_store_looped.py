@@ -1,0 +1,170 @@
+"""The store's calls from the event loop on PostgreSQL (store/looped.py): what they write and
+read is what the thread's calls do, whatever the connections go through."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, func, select, text
+
+from proxy.store import RequestRef, Store
+from proxy.store.models import ExchangeRow
+from proxy.store.states import Decisions
+from proxy.testing.postgres import postgres_database
+from proxy.testing.records import new_request
+from strategies.messages import message_hash
+from strategies.state import Form, ViewState
+
+SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 60}
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    with postgres_database("ctxproxy_looped") as url:
+        yield url
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    s = Store(url)
+    s.upgrade()
+    yield s
+    s.close()
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def decided(messages: list[dict[str, Any]], marker: dict[str, Any] | None = None) -> Decisions:
+    n = len(messages)
+    items = tuple(range(n)) if marker is None else (*range(n - 1), Form(n - 1, "elided", marker))
+    state = ViewState(n, items, view_tokens=10 * n, original_tokens=12 * n)
+    return Decisions(state, factor=1.1, raw_prompt=11 * n, tokens_original=12 * n)
+
+
+async def turn(
+    store: Store, messages: list[dict[str, Any]], answer: dict[str, Any], **fields: Any
+) -> RequestRef:
+    """A turn as the exchange takes it on the loop: state read, record, progress, finish."""
+    hashes = [message_hash(m) for m in messages]
+    await store.load_state_looped("s1", hashes)
+    new = new_request("s1", messages, hashes=hashes, **fields)
+    ref = await store.record_looped(new)
+    await store.save_progress_looped(ref, answer)
+    await store.finish_looped(
+        ref,
+        status=200,
+        latency_ms=5.0,
+        ttft_ms=None,
+        response=answer,
+        partial=False,
+        usage={"prompt_tokens": 7 * len(messages)},
+        error=None,
+    )
+    return ref
+
+
+async def kept(store: Store) -> None:
+    """Once a connection is kept for the loop (the first calls go a thread's way meanwhile)."""
+    await store.load_state_looped("warm", [message_hash(user("warm"))])
+    deadline = time.monotonic() + 5
+    while not store._loop or not store._loop.idle:
+        assert time.monotonic() < deadline, "no connection kept for the loop"
+        await asyncio.sleep(0.01)
+
+
+def test_a_session_recorded_from_the_loop_reads_as_from_a_thread(store: Store) -> None:
+    async def run() -> list[dict[str, Any]]:
+        await kept(store)
+        history = [SYSTEM, user("one")]
+        for step in range(4):
+            answer = assistant(f"answer {step}")
+            marker = assistant(f"[elided {step}]") if step == 2 else None
+            view = history if marker is None else [*history[:-1], marker]
+            await turn(store, history, answer, decided=decided(history, marker), compiled=view)
+            history = [*history, answer, user(f"next {step}")]
+        return history
+
+    history = asyncio.run(run())
+    hashes = [message_hash(m) for m in history]
+    looped = asyncio.run(store.load_state_looped("s1", hashes))
+    assert looped == store.load_state("s1", hashes)
+    assert looped is not None and looped.prompt_tokens == 7 * (len(history) - 2)
+    exchanges = store.list_exchanges("s1") or []
+    assert [x.seq for x in exchanges] == [1, 2, 3, 4]
+    last = store.get_history("s1")
+    assert last is not None and [m.message for m in last.messages] == history[:-1]
+    compacted = store.get_exchange("s1", 3)
+    assert compacted is not None
+    assert compacted.compiled_request["messages"][-1] == assistant("[elided 2]")
+
+
+def test_connections_dropped_under_the_loop_write_each_turn_once(store: Store, url: str) -> None:
+    """A kept connection the server closed is found dead before or while its statements go:
+    the work goes a thread's way, and nothing is written twice or lost."""
+
+    async def run() -> list[dict[str, Any]]:
+        history = [SYSTEM, user("one")]
+        for step in range(6):
+            await kept(store)
+            if step % 2:
+                _drop_other_connections(url)
+            answer = assistant(f"answer {step}")
+            await turn(store, history, answer, decided=decided(history))
+            history = [*history, answer, user(f"next {step}")]
+        return history
+
+    history = asyncio.run(run())
+    with store.engine.connect() as conn:
+        n = conn.execute(select(func.count(ExchangeRow.id))).scalar_one()
+        assert n == 6
+    assert [x.seq for x in store.list_exchanges("s1") or []] == [1, 2, 3, 4, 5, 6]
+    last = store.get_history("s1")
+    assert last is not None and [m.message for m in last.messages] == history[:-1]
+
+
+def test_an_answer_recorded_from_the_loop_after_its_session_was_deleted_is_dropped(
+    store: Store,
+) -> None:
+    async def run() -> None:
+        await kept(store)
+        history = [SYSTEM, user("one")]
+        await turn(store, history, assistant("two"))
+        history = [*history, assistant("two"), user("three")]
+        ref = await store.record_looped(new_request("s1", history))
+        assert store.delete_session("s1")
+        await store.finish_looped(
+            ref,
+            status=200,
+            latency_ms=1.0,
+            ttft_ms=None,
+            response=assistant("too late"),
+            partial=False,
+            usage=None,
+            error=None,
+        )
+
+    asyncio.run(run())
+    assert store.get_session("s1") is None
+    assert store.get_message(message_hash(assistant("too late"))) is None
+
+
+def _drop_other_connections(url: str) -> None:
+    admin = create_engine(url)
+    with admin.connect() as conn:
+        conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    admin.dispose()
