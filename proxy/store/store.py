@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, select, text, update
+from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
 from proxy import offload
@@ -21,6 +22,7 @@ from proxy.store import (
     liveness,
     looped,
     pipelined,
+    priors,
     reads,
     states,
     turn,
@@ -72,6 +74,8 @@ class Store:
         self._held = Held(self.engine, keep=2) if sqlite else None
         # PostgreSQL: connections for the hot statements sent from the event loop (looped.py)
         self._loop = looped.Loop(self.engine) if self._pg else None
+        # PostgreSQL: sessions' newest states as recorded here, guessed before read (priors.py)
+        self._priors = priors.Priors()
         # Histories stored, for record_request's one-trip way (PostgreSQL's).
         self._known = turn.Known(turn.KNOWN if self._pg else 0)
         self.instance: str | None = None  # this process's InstanceRow id, once registered
@@ -137,7 +141,7 @@ class Store:
             ref = turn.continue_history(self._writer, rec.row(utcnow()), *rec.turn)
             if ref is not None:
                 self._known.add(new.session_id, *rec.chain[-2:])  # a resend, a sibling, a next turn
-                return ref
+                return self._opened(ref, new)
         return self._record_anew(new, rec)
 
     async def record_looped(self, new: NewRequest) -> RequestRef:
@@ -153,6 +157,42 @@ class Store:
         if ref is None:
             return await offload.hop(self._record_anew, new, rec)
         self._known.add(new.session_id, *rec.chain[-2:])
+        return self._opened(ref, new)
+
+    def cached_prior(self, session_id: str, hashes: list[str]) -> priors.Cached | None:
+        """The session's state as this process last recorded it, where load_state would look
+        for it (PostgreSQL): a turn compiled from it is recorded by record_checked."""
+        if self._loop is None or len(hashes) > ahead.AHEAD_FROM:
+            return None
+        return self._priors.get(session_id, history.prefix_chain(hashes))
+
+    async def record_checked(self, new: NewRequest, cached: priors.Cached) -> RequestRef | None:
+        """record_looped for a turn compiled from `cached`, in the same round trip as the check
+        that it is the state load_state would have read; None, with nothing recorded, where
+        it is not (or where the turn does not continue a history stored by this process)."""
+        rec = self._recording(new) if self._loop is not None else None
+        if self._loop is None or rec is None or not rec.continuing:
+            return None
+        prior = cached.prior
+        guard = states.guard(new.session_id, rec.chain, cached.exchange_id, prior.prompt_tokens)
+        row = rec.row(utcnow())
+        try:
+            ref = await turn.continue_looped(
+                self._loop, self._writer, row, new, rec.raw, rec.chain, rec.rewritten, guard
+            )
+        except DataError as exc:
+            if getattr(exc.orig, "sqlstate", None) != "22012":  # not the guard's refusal
+                raise
+            self._priors.forget(cached.exchange_id, new.session_id)
+            return None
+        if ref is None:
+            return None
+        self._known.add(new.session_id, *rec.chain[-2:])
+        return self._opened(ref, new)
+
+    def _opened(self, ref: RequestRef, new: NewRequest) -> RequestRef:
+        if self._pg and ref.leaf_prefix is not None:
+            self._priors.opened(ref.exchange_id, ref.session_id, ref.leaf_prefix, new.decided)
         return ref
 
     def _recording(self, new: NewRequest) -> _Recording:
@@ -196,7 +236,7 @@ class Store:
 
         ref = self._writer.run_core(work, flush=False)
         self._known.add(session_id, *chain[-2:])
-        return ref
+        return self._opened(ref, new)
 
     def replace_compiled(
         self,
@@ -212,6 +252,7 @@ class Store:
     ) -> None:
         """A retry sent another view (an upstream overflow healed): record that one instead."""
         view, rewritten = writes.compiled_view(messages, hash_messages(messages), compiled)
+        self._priors.forget(ref.exchange_id, ref.session_id)
 
         def work(s: Session) -> None:
             now = utcnow()
@@ -304,6 +345,8 @@ class Store:
         self._writer.tidy()
 
     def _finished(self, ref: RequestRef, finishing: _Finishing, expected: bool) -> None:
+        if finishing.closed:
+            self._priors.finished(ref.exchange_id, finishing.values["prompt_tokens"])
         if expected:
             self._settled(ref.session_id)
         for prefix in finishing.stored:
@@ -403,6 +446,7 @@ class Store:
 
     def delete_session(self, session_id: str) -> bool:
         """Remove a session, its history and exchanges, and messages nothing else uses."""
+        self._priors.forget(0, session_id)
 
         def work(s: Session) -> bool:
             if s.get(SessionRow, session_id) is None:
@@ -589,11 +633,13 @@ class _Finishing:
         # a retry, after the session was deleted meanwhile say, goes the way that looks first.
         self.tried = False
         self.stored: list[str] = []  # the answer's prefix hash, once its entry is written
+        self.closed = False  # the exchange was there to close
 
     def work(self, conn: Direct | looped.Batch) -> None:
         ref, response, answer, partial = self.ref, self.response, self.answer, self.partial
         now = utcnow()
         self.stored.clear()
+        self.closed = False
         quick, self.tried = self.pg and not self.tried, True
         found: writes.Linked | int | None | bool
         if quick:
@@ -614,3 +660,4 @@ class _Finishing:
         else:
             conn.execute(writes.finish_exchange(), {**values, "response_entry_id": found})
         conn.execute(writes.touch_session(), {"sid": ref.session_id, "updated_at": now})
+        self.closed = True

@@ -114,7 +114,7 @@ def continue_history(
 ) -> RequestRef | None:
     """Record a continuing turn in one round trip, or return None when its history's parent
     is not stored (nothing was recorded)."""
-    work = _tries(row, new, hashes, chain, rewritten)
+    work = _tries(row, new, hashes, chain, rewritten, None)
     return writer.run_core(work, idempotent=True, flush=False).ref()
 
 
@@ -126,10 +126,12 @@ async def continue_looped(
     hashes: Sequence[str],
     chain: Sequence[str],
     rewritten: dict[str, dict[str, Any]],
+    guard: tuple[Any, dict[str, Any]] | None = None,
 ) -> RequestRef | None:
     """continue_history, its round trip waited for on the event loop (looped.py); where it
-    cannot be, on a thread."""
-    work = _tries(row, new, hashes, chain, rewritten)
+    cannot be, on a thread. With a `guard` (states.guard) run first, a DataError when it
+    refused the turn."""
+    work = _tries(row, new, hashes, chain, rewritten, guard)
     try:
         opened = await loop.transaction(work, flush=False)
     except offload.WouldWait:
@@ -143,6 +145,7 @@ def _tries(
     hashes: Sequence[str],
     chain: Sequence[str],
     rewritten: dict[str, dict[str, Any]],
+    guard: tuple[Any, dict[str, Any]] | None,
 ) -> Callable[[Direct | looped.Batch], Opened | Done]:
     """The turn's work, run until one try commits. A try whose connection was lost once
     COMMIT was sent may have committed: the next looks for its exchange first (by its
@@ -161,6 +164,8 @@ def _tries(
                     RequestRef(row["session_id"], seq, exchange_id, leaf, added, position, prefix)
                 )
         tries.append(True)
+        if guard is not None:
+            conn.send(*guard)
         return record(conn, row, new, hashes, chain, rewritten)
 
     return work

@@ -4,6 +4,7 @@ read is what the thread's calls do, whatever the connections go through."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from proxy.store.models import ExchangeRow
 from proxy.store.states import Decisions
 from proxy.testing.postgres import postgres_database
 from proxy.testing.records import new_request
+from strategies.events import CompactionEvent
 from strategies.messages import message_hash
 from strategies.state import Form, ViewState
 
@@ -168,3 +170,54 @@ def _drop_other_connections(url: str) -> None:
             )
         )
     admin.dispose()
+
+
+def test_the_state_cached_for_a_session_is_the_one_its_next_turn_reads(store: Store) -> None:
+    """A continuing turn compiles from the state this process recorded last, without reading
+    it first: it equals what the read finds, compacted forms and carried passes included."""
+    event = CompactionEvent("tiered", 1, [0], 90, 40, 200, "over budget", replayed=True)
+
+    async def run() -> list[dict[str, Any]]:
+        await kept(store)
+        history = [SYSTEM, user("one"), assistant("two"), user("three")]
+        marker = assistant("[elided: two]")
+        state = ViewState(4, (0, 1, Form(2, "elided", marker), 3), carried=(event,))
+        compacted = Decisions(state, factor=1.25, raw_prompt=80, tokens_original=95)
+        view = [SYSTEM, user("one"), marker, user("three")]
+        await turn(store, history, assistant("four"), decided=compacted, compiled=view)
+        return [*history, assistant("four"), user("five")]
+
+    history = asyncio.run(run())
+    hashes = [message_hash(m) for m in history]
+    cached = store.cached_prior("s1", hashes)
+    assert cached is not None and cached.prior == store.load_state("s1", hashes)
+    assert cached.prior.prompt_tokens == 7 * 4
+
+
+def test_a_turn_compiled_from_a_state_stored_over_since_is_refused(store: Store, url: str) -> None:
+    """Another process stored a newer state for the session: the turn compiled from this
+    process's is not recorded; read again, the state is the other's."""
+    other = Store(url)
+
+    async def run() -> tuple[RequestRef | None, list[str]]:
+        await kept(store)
+        history = [SYSTEM, user("one")]
+        await turn(store, history, assistant("two"), decided=decided(history))
+        history = [*history, assistant("two"), user("three")]
+        hashes = [message_hash(m) for m in history]
+        cached = store.cached_prior("s1", hashes)
+        assert cached is not None
+        theirs = dataclasses.replace(decided(history), factor=2.0)
+        sibling = new_request("s1", history, decided=theirs)
+        other.record_request(sibling)  # the same history, recorded by another process
+        mine = new_request("s1", history, hashes=hashes, decided=decided(history))
+        return await store.record_checked(mine, cached), hashes
+
+    try:
+        ref, hashes = asyncio.run(run())
+        assert ref is None
+        assert [x.seq for x in store.list_exchanges("s1") or []] == [1, 2]
+        prior = store.load_state("s1", hashes)
+        assert prior is not None and prior.factor == 2.0
+    finally:
+        other.close()
