@@ -257,13 +257,12 @@ async def _pipeline(raw: Any, sends: list[Callable[[Any], int]]) -> list[Any]:
     pgconn.enter_pipeline_mode()  # on failure the connection is dropped, in this mode or not
     counts = [send(pgconn) for send in sends]
     pgconn.pipeline_sync()
-    while pgconn.flush():  # more than the socket's buffer takes at once
-        await _ready(fd, write=True)
+    while pgconn.flush():  # more than the socket's buffer takes at once: libpq's way, reading
+        await _ready(fd, write=True)  # what comes meanwhile, so that the server never waits
+        pgconn.consume_input()
     fetched: list[list[Any]] = []
     current: list[Any] = []
-    while not (fetched and fetched[-1][0].status == pq.ExecStatus.PIPELINE_SYNC):
-        await _ready(fd)
-        pgconn.consume_input()
+    while True:  # what libpq read already first, then what comes
         while not pgconn.is_busy():
             r = pgconn.get_result()
             if r is None:
@@ -275,6 +274,10 @@ async def _pipeline(raw: Any, sends: list[Callable[[Any], int]]) -> list[Any]:
                 fetched.append([r])
             else:
                 current.append(r)
+        if fetched and fetched[-1][0].status == pq.ExecStatus.PIPELINE_SYNC:
+            break
+        await _ready(fd)
+        pgconn.consume_input()
     pgconn.exit_pipeline_mode()
     ok = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.PIPELINE_SYNC)
     if len(fetched) != sum(counts) + 1 or any(r[-1].status not in ok for r in fetched):
@@ -301,6 +304,7 @@ def _fill(raw: Any, batch: Batch, results: list[Any]) -> None:
 
 
 async def _ready(fd: int, write: bool = False) -> None:
+    """Once `fd` can be read (or, with `write`, read or written)."""
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
 
@@ -308,8 +312,12 @@ async def _ready(fd: int, write: bool = False) -> None:
         if not ready.done():
             ready.set_result(None)
 
-    (loop.add_writer if write else loop.add_reader)(fd, wake)
+    loop.add_reader(fd, wake)
+    if write:
+        loop.add_writer(fd, wake)
     try:
         await ready
     finally:
-        (loop.remove_writer if write else loop.remove_reader)(fd)
+        loop.remove_reader(fd)
+        if write:
+            loop.remove_writer(fd)

@@ -221,3 +221,17 @@ def test_a_turn_compiled_from_a_state_stored_over_since_is_refused(store: Store,
         assert prior is not None and prior.factor == 2.0
     finally:
         other.close()
+
+
+def test_an_answer_larger_than_the_sockets_buffer_is_recorded_from_the_loop(
+    store: Store,
+) -> None:
+    big = assistant("x" * 8_000_000)  # written out over many turns of the loop
+
+    async def run() -> None:
+        await kept(store)
+        await turn(store, [SYSTEM, user("one")], big)
+
+    asyncio.run(run())
+    last = store.get_history("s1")
+    assert last is not None and [m.message for m in last.messages] == [SYSTEM, user("one"), big]
