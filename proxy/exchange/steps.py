@@ -149,7 +149,11 @@ class Exchange:
                 await self.record(key, body, upstream.name, compiled)
             return compiled
         if self.looped and self.small:
-            return await self._open_looped(key, bodies, upstream.name, window, factor)
+            self.hashes = hash_messages(body["messages"])
+            # A turn the one-trip way records waits for the database on the loop; any other
+            # (a new session, a branch) takes several round trips and one hop for them all.
+            if self.store.continues(key.id, self.hashes):
+                return await self._open_looped(key, bodies, upstream.name, window, factor)
         return await offload.run(self.here, self._open, key, bodies, upstream.name, window, factor)
 
     async def _open_looped(
@@ -163,7 +167,7 @@ class Exchange:
         """_open on the event loop, the store's round trips awaited (store/looped.py)."""
         body, sendable, counted = bodies
         fresh = sendable["messages"] is not body["messages"]
-        self.hashes = hashes = hash_messages(body["messages"])
+        self.hashes = hashes = self.hashes or hash_messages(body["messages"])
         # The state this process recorded last for the session, if any, is checked in the
         # record's round trip instead of read in one of its own (store/priors.py).
         cached = None if fresh else self.store.cached_prior(key.id, hashes)

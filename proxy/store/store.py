@@ -159,6 +159,12 @@ class Store:
         self._known.add(new.session_id, *rec.chain[-2:])
         return self._opened(ref, new)
 
+    def continues(self, session_id: str, hashes: list[str]) -> bool:
+        """Whether the history extends one this process stored by a message: the one-trip
+        way records it (a new session, a branch, go the general way)."""
+        chain = history.prefix_chain(hashes) if len(hashes) >= 2 else []
+        return bool(chain) and (session_id, chain[-2]) in self._known
+
     def cached_prior(self, session_id: str, hashes: list[str]) -> priors.Cached | None:
         """The session's state as this process last recorded it, where load_state would look
         for it (PostgreSQL): a turn compiled from it is recorded by record_checked."""
