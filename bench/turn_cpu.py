@@ -84,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=[p.name for p in peer_proxies.PEERS],
         help="peer proxies to run beside (chat profiles only; installed by bench.overhead --setup)",
     )
+    ap.add_argument(
+        "--postgres",
+        metavar="ADMIN_URL",
+        help="also run ctxproxy (and --before) on PostgreSQL, as 'ctxproxy-pg' ('before-pg'), "
+        "each in a fresh database made beside this one",
+    )
     ap.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES[:4]))
     ap.add_argument("--requests", type=int, default=100, help="per block")
     ap.add_argument("--rounds", type=int, default=6)
@@ -92,12 +98,24 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     wd = tabulate.workdir("ctxproxy-bench-cpu-")
     servers = [spawn.start_upstream(wd)]
+    cleanup: list[Any] = []
     try:
         servers.append(spawn.start_ctxproxy(wd, servers[0]))
         targets = [loadgen.Target("ctxproxy", servers[1])]
+        if args.postgres:
+            targets.append(o.start_on_postgres(args.postgres, wd, servers[0], servers, cleanup))
         if args.before:
             servers.append(o.start_before(args.before, wd, servers[0], as_is=True))
             targets.append(loadgen.Target("before", servers[-1]))
+        if args.before and args.postgres:
+            from bench.overhead_agents import create_database
+
+            url, drop = create_database(args.postgres)
+            cleanup.append(drop)
+            (wd / "pg-before").mkdir()
+            old = o.start_before(args.before, wd / "pg-before", servers[0], True, url)
+            servers.append(old)
+            targets.append(loadgen.Target("before-pg", old))
         for peer in peer_proxies.pick(args.peers):
             servers.append(peer_proxies.start_peer(peer, wd, servers[0]))
             targets.append(loadgen.Target(peer.name, servers[-1], peer_proxies.headers(peer)))
@@ -140,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in reversed(servers):
             s.stop()
+        for done in cleanup:
+            done()
     return 0
 
 

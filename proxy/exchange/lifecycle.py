@@ -53,9 +53,10 @@ T = TypeVar("T")
 # A history this long fills no cache (strategies/budget.py's `transient`): its millions of small
 # objects, kept here and there by a cache, would pin their heap's pages long after the request.
 TRANSIENT_MESSAGES = 20_000
-# A request up to this long is stored and compiled on the event loop (on SQLite): ~1 ms for a
-# continuing turn, a few for a new session, where a thread hop costs a few tenths and, at many
-# clients, turns at the GIL with the loop. A body of unknown length (none read) is not.
+# A request up to this long is stored and compiled on the event loop (on SQLite; on PostgreSQL
+# compiled there, the store's round trips waited for there): ~1 ms for a continuing turn, a few
+# for a new session, where a thread hop costs a few tenths and, at many clients, turns at the
+# GIL with the loop. A body of unknown length (none read) is not.
 HERE_BYTES = 64 * 1024
 # So is a longer Messages or Responses request whose new part is that short (an agent's next
 # turn: its ~150 KB of system prompt and tools known, hashed, counted and stored before; what
@@ -105,7 +106,9 @@ async def _exchange(
     if upstream is None:
         raise ModelNotFound(chat.model)
     exchange = Exchange(services, timing, upstream.name, chat.model)
-    exchange.here = services.store.local and _short(request, body, wire)
+    small = _short(request, body, wire)
+    exchange.small, exchange.here = small, small and services.store.local
+    exchange.looped = services.store.looped
     exchange.observed = observing(request, settings)
     owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)

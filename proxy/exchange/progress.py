@@ -17,10 +17,16 @@ INTERVAL = 1.0  # seconds between writes of one stream's progress, after the fir
 
 class Progress:
     def __init__(
-        self, store: Store, ref: RequestRef | None, here: bool = False, interval: float = INTERVAL
+        self,
+        store: Store,
+        ref: RequestRef | None,
+        here: bool = False,
+        interval: float = INTERVAL,
+        looped: bool = False,
     ):
         self.store, self.ref, self.interval = store, ref, interval
         self.here = here  # written on the event loop (the exchange's `here`, offload.py)
+        self.looped = looped  # its round trip waited for on the loop (the exchange's `looped`)
         self._last: float | None = None
 
     async def saw(self, answer: StreamAssembler) -> None:
@@ -33,6 +39,9 @@ class Progress:
             return
         self._last = now
         try:
-            await offload.run(self.here, self.store.save_progress, self.ref, answer.message())
+            if self.looped:
+                await self.store.save_progress_looped(self.ref, answer.message())
+            else:
+                await offload.run(self.here, self.store.save_progress, self.ref, answer.message())
         except Exception:
             log.exception("saving a stream's progress failed")

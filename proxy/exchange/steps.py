@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
@@ -81,9 +81,11 @@ class Exchange:
         self.deferring = False
         self.watch: Watch | None = None  # the client watched for a disconnect, while it is
         # Whether its store and compile run on the event loop: short work (a small request on
-        # SQLite), which a thread hop would cost more than it takes (offload.py).
-        self.here = False
-        self._pending: list[Callable[[], None]] = []
+        # SQLite), which a thread hop would cost more than it takes (offload.py). `looped`: on
+        # PostgreSQL, the store's round trips are waited for on the loop (a small request's
+        # state read and record, every answer's record and progress), its compile too if small.
+        self.small = self.here = self.looped = False
+        self._pending: list[dict[str, Any]] = []  # finishes' fields, to be written
         # The request's record when open() left it to be written while the upstream works
         # (`alongside`), and that write once it is under way.
         self._unwritten: NewRequest | None = None
@@ -158,9 +160,48 @@ class Exchange:
             with self.timing.span("store"):
                 await self.record(key, body, upstream.name, compiled)
             return compiled
+        if self.looped and self.small:
+            self.hashes = hash_messages(body["messages"])
+            # A turn the one-trip way records waits for the database on the loop; any other
+            # (a new session, a branch) takes several round trips and one hop for them all.
+            if self.store.continues(key.id, self.hashes):
+                return await self._open_looped(key, bodies, upstream.name, window, factor)
         return await offload.run(
             self.here, self._open, key, bodies, upstream.name, window, factor, later
         )
+
+    async def _open_looped(
+        self,
+        key: SessionKey,
+        bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+        upstream: str,
+        window: int | None,
+        factor: float,
+    ) -> Compiled:
+        """_open on the event loop, the store's round trips awaited (store/looped.py)."""
+        body, sendable, counted = bodies
+        fresh = sendable["messages"] is not body["messages"]
+        self.hashes = hashes = self.hashes or hash_messages(body["messages"])
+        # The state this process recorded last for the session, if any, is checked in the
+        # record's round trip instead of read in one of its own (store/priors.py).
+        cached = None if fresh else self.store.cached_prior(key.id, hashes)
+        if cached is not None:
+            self.prior = cached.prior
+            with self.timing.span("compile"):
+                compiled = self._compile(counted, window, self.session_factor(factor))
+            with self.timing.span("store"):
+                new = self._new_request(key, body, upstream, compiled)
+                self.ref = await self.store.record_checked(new, cached)
+            if self.ref is not None:
+                return compiled
+        with self.timing.span("store"):
+            self.prior = None if fresh else await self.store.load_state_looped(key.id, hashes)
+        with self.timing.span("compile"):
+            compiled = self._compile(counted, window, self.session_factor(factor))
+        with self.timing.span("store"):
+            new = self._new_request(key, body, upstream, compiled)
+            self.ref = await self.store.record_looped(new)
+        return compiled
 
     def _open(
         self,
@@ -465,37 +506,43 @@ class Exchange:
                 calibrating.get("prompt_tokens"),
             )
         now = time.monotonic()
-        write = functools.partial(
-            self.store.finish_exchange,
-            self.ref,
-            status=status,
-            latency_ms=(now - self.started) * 1000,
-            ttft_ms=None if first is None else (first - self.started) * 1000,
-            response=response,
-            partial=partial,
-            usage=usage,
-            error=error,
-            attempts=self.attempts or None,
-            choices=choices,
-            recalls=self.rounds.records if self.rounds else None,
-            sent_usage=sent_usage,
-            cache=self.cache,
-        )
+        fields: dict[str, Any] = {
+            "status": status,
+            "latency_ms": (now - self.started) * 1000,
+            "ttft_ms": None if first is None else (first - self.started) * 1000,
+            "response": response,
+            "partial": partial,
+            "usage": usage,
+            "error": error,
+            "attempts": self.attempts or None,
+            "choices": choices,
+            "recalls": self.rounds.records if self.rounds else None,
+            "sent_usage": sent_usage,
+            "cache": self.cache,
+        }
         if status < 400 and not partial:  # later requests resend or quote it (conversations.py)
             self.services.conversations.answered(self.ref.session_id, self.messages, response)
         if self.deferring:  # the audit API's reads wait for it (Store.expect_finish)
             self.store.expect_finish(self.ref.session_id)
-            self._pending.append(functools.partial(write, expected=True))
+            self._pending.append(fields)
+        elif self.looped:
+            await self.store.finish_looped(self.ref, **fields)
+            self._recorded()
         else:
-            await hop(write)
+            await hop(functools.partial(self.store.finish_exchange, self.ref, **fields))
             self._recorded()
         exchange_finished(self, status, now, first, response, partial, error)
 
     async def flush(self) -> None:
         """Write the records deferred while the answer was sent; from now on, at once."""
         self.deferring = False
-        while self._pending:
-            await offload.run(self.here, self._pending[0])
+        while self._pending and self.ref is not None:
+            fields = self._pending[0]
+            if self.looped:
+                await self.store.finish_looped(self.ref, expected=True, **fields)
+            else:
+                write = self.store.finish_exchange
+                await offload.run(self.here, write, self.ref, expected=True, **fields)
             self._pending.pop(0)
         self._recorded()
 

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from proxy import offload
-from proxy.store import direct, pipelined
+from proxy.store import direct, looped, pipelined
 from proxy.store.held import Held
 
 log = logging.getLogger("ctxproxy.store")
@@ -279,7 +279,8 @@ def _table(model: type[Any]) -> Table:
     return cast(Table, model.__table__)
 
 
-Executor = Session | Connection | direct.Direct  # what the statement helpers run on
+# What the statement helpers run on (a Batch collects them, to be sent from the loop).
+Executor = Session | Connection | direct.Direct | looped.Batch | looped.Answered
 
 
 def dialect_of(s: Executor) -> str:

@@ -11,7 +11,7 @@ from functools import cache, lru_cache
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Integer, bindparam, literal_column, select
 
 from proxy.store import direct, history
 from proxy.store.engine import Executor, listed, one_of
@@ -115,7 +115,44 @@ def load(s: Executor, session_id: str, chain: Sequence[str]) -> Prior | None:
 
 
 def _probe(s: Executor, session_id: str, window: Sequence[str]) -> Any:
-    return s.execute(_latest_state(len(window)), {"sid": session_id, **listed("c", window)}).first()
+    return s.execute(*probe(session_id, window)).first()
+
+
+def probe(session_id: str, window: Sequence[str]) -> tuple[Any, dict[str, Any]]:
+    """The query for the newest state on one of `window`'s prefixes, and its parameters."""
+    return _latest_state(len(window)), {"sid": session_id, **listed("c", window)}
+
+
+def guard(
+    session_id: str, chain: Sequence[str], exchange_id: int, prompt_tokens: int | None
+) -> tuple[Any, dict[str, Any]]:
+    """A statement that fails (division by zero, SQLSTATE 22012) unless load's first probe
+    finds exchange `exchange_id`'s state, with `prompt_tokens`: a write that assumed that state
+    runs it first in its transaction, and is rolled back when another one is stored since."""
+    start, end = next(iter(history.probes(len(chain))))
+    window = chain[start:end]
+    expected = {"guard_x": exchange_id, "guard_pt": prompt_tokens}
+    return _guard(len(window)), {"sid": session_id, **listed("c", window), **expected}
+
+
+@lru_cache(maxsize=64)
+def _guard(n: int) -> Any:
+    newest = _latest_state(n).subquery()
+    found = select(literal_column("1 / count(*)", Integer)).select_from(newest)
+    return direct.hot(
+        found.where(
+            newest.c.exchange_id == bindparam("guard_x", type_=newest.c.exchange_id.type),
+            newest.c.prompt_tokens.is_not_distinct_from(
+                bindparam("guard_pt", type_=newest.c.prompt_tokens.type)
+            ),
+        )
+    )
+
+
+def first_probe(session_id: str, chain: Sequence[str]) -> tuple[Any, dict[str, Any]] | None:
+    """load's first query, which finds a continuing session's state (None: load asks none)."""
+    first = next(iter(history.probes(len(chain))), None)
+    return None if first is None else probe(session_id, chain[first[0] : first[1]])
 
 
 @lru_cache(maxsize=64)

@@ -6,10 +6,12 @@ import collections
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, select, text, update
+from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
 from proxy import offload
@@ -18,7 +20,9 @@ from proxy.store import (
     history,
     install,
     liveness,
+    looped,
     pipelined,
+    priors,
     reads,
     states,
     totals,
@@ -70,6 +74,10 @@ class Store:
         # SQLite: connections kept for the hot path's state reads (store/held.py)
         sqlite = self.engine.dialect.name == "sqlite"
         self._held = Held(self.engine, keep=2) if sqlite else None
+        # PostgreSQL: connections for the hot statements sent from the event loop (looped.py)
+        self._loop = looped.Loop(self.engine) if self._pg else None
+        # PostgreSQL: sessions' newest states as recorded here, guessed before read (priors.py)
+        self._priors = priors.Priors()
         # Histories stored: a request extending one by a message takes PostgreSQL's one-trip
         # way, and on either database needs no look-up of how much of it is stored ahead.
         self._known = turn.Known(turn.KNOWN)
@@ -104,6 +112,8 @@ class Store:
             conn.execute(text("SELECT 1"))
 
     def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
         for held in (self._held, self._writer.held):
             if held is not None:
                 held.close()
@@ -113,6 +123,11 @@ class Store:
     def local(self) -> bool:
         """SQLite: its writes wait for no network, only for this process's write lock."""
         return self.engine.dialect.name == "sqlite"
+
+    @property
+    def looped(self) -> bool:
+        """PostgreSQL: the hot calls' `*_looped` forms wait for the server on the event loop."""
+        return self._loop is not None
 
     def sqlite_path(self) -> Path | None:
         db = self.engine.url.database
@@ -124,56 +139,94 @@ class Store:
         """Store a request's history and open its exchange, committed before this returns. On
         PostgreSQL the commit does not wait for the disk (the upstream call waits for it): the
         writes of its answer (save_progress, finish_exchange) do, and flush it with them."""
-        session_id, source, key_id = new.session_id, new.source, new.key_id
-        messages, request, model, upstream = new.messages, new.request, new.model, new.upstream
-        stream, compiled, pipeline, events = new.stream, new.compiled, new.pipeline, new.events
-        tokens_original, tokens_compiled = new.tokens_original, new.tokens_compiled
-        budget, window, decided, hashes = new.budget, new.window, new.decided, new.hashes
+        rec = self._recording(new)
+        if self._pg and rec.continuing and not rec.before:  # one round trip (turn.py)
+            ref = turn.continue_history(self._writer, rec.row(utcnow()), *rec.turn)
+            if ref is not None:
+                self._known.add(new.session_id, *rec.chain[-2:])  # a resend, a sibling, a next turn
+                return self._opened(ref, new)
+        return self._record_anew(new, rec)
+
+    async def record_looped(self, new: NewRequest) -> RequestRef:
+        """record_request from the event loop: a continuing turn's round trip waited for there
+        (PostgreSQL, store/looped.py), any other request recorded on a thread."""
+        if self._loop is None or len(new.messages) > ahead.AHEAD_FROM or not new.messages:
+            return await offload.hop(self.record_request, new)
+        rec = self._recording(new)  # stores nothing ahead under AHEAD_FROM messages
+        if not rec.continuing:
+            return await offload.hop(self._record_anew, new, rec)
+        row = rec.row(utcnow())
+        ref = await turn.continue_looped(self._loop, self._writer, row, *rec.turn)
+        if ref is None:
+            return await offload.hop(self._record_anew, new, rec)
+        self._known.add(new.session_id, *rec.chain[-2:])
+        return self._opened(ref, new)
+
+    def continues(self, session_id: str, hashes: list[str]) -> bool:
+        """Whether the history extends one this process stored by a message: the one-trip
+        way records it (a new session, a branch, go the general way)."""
+        chain = history.prefix_chain(hashes) if len(hashes) >= 2 else []
+        return bool(chain) and (session_id, chain[-2]) in self._known
+
+    def cached_prior(self, session_id: str, hashes: list[str]) -> priors.Cached | None:
+        """The session's state as this process last recorded it, where load_state would look
+        for it (PostgreSQL): a turn compiled from it is recorded by record_checked."""
+        if self._loop is None or len(hashes) > ahead.AHEAD_FROM:
+            return None
+        return self._priors.get(session_id, history.prefix_chain(hashes))
+
+    async def record_checked(self, new: NewRequest, cached: priors.Cached) -> RequestRef | None:
+        """record_looped for a turn compiled from `cached`, in the same round trip as the check
+        that it is the state load_state would have read; None, with nothing recorded, where
+        it is not (or where the turn does not continue a history stored by this process)."""
+        rec = self._recording(new) if self._loop is not None else None
+        if self._loop is None or rec is None or not rec.continuing:
+            return None
+        prior = cached.prior
+        guard = states.guard(new.session_id, rec.chain, cached.exchange_id, prior.prompt_tokens)
+        row = rec.row(utcnow())
+        try:
+            ref = await turn.continue_looped(
+                self._loop, self._writer, row, new, rec.raw, rec.chain, rec.rewritten, guard
+            )
+        except DataError as exc:
+            if getattr(exc.orig, "sqlstate", None) != "22012":  # not the guard's refusal
+                raise
+            self._priors.forget(cached.exchange_id, new.session_id)
+            return None
+        if ref is None:
+            return None
+        self._known.add(new.session_id, *rec.chain[-2:])
+        return self._opened(ref, new)
+
+    def _opened(self, ref: RequestRef, new: NewRequest) -> RequestRef:
+        if self._pg and ref.leaf_prefix is not None:
+            self._priors.opened(ref.exchange_id, ref.session_id, ref.leaf_prefix, new.decided)
+        return ref
+
+    def _recording(self, new: NewRequest) -> _Recording:
+        messages = new.messages
         if not messages:
             raise ValueError("a request needs at least one message")
-        raw = hashes if hashes is not None else hash_messages(messages)
-        view, rewritten = writes.compiled_view(messages, raw, compiled)
-        params = {k: v for k, v in request.items() if k != "messages"}
-
+        raw = new.hashes if new.hashes is not None else hash_messages(messages)
+        view, rewritten = writes.compiled_view(messages, raw, new.compiled)
         chain = history.prefix_chain(raw)
-        head = (session_id, source, key_id, model)
+        head = (new.session_id, new.source, new.key_id, new.model)
         # Hints (else the transaction below stores what is missing, as it finds it): a history
         # one message longer than one stored, or one that ends a few messages past a stored
         # one (a turn that branched from the answer), has nothing to store ahead and is found
         # by its last few prefixes: no look-up of a long history.
-        continuing = len(raw) >= 2 and (session_id, chain[-2]) in self._known
-        near = continuing or any((session_id, c) in self._known for c in chain[-NEAR:])
+        sid = new.session_id
+        continuing = len(raw) >= 2 and (sid, chain[-2]) in self._known
+        near = continuing or any((sid, c) in self._known for c in chain[-NEAR:])
         before = 0 if near else ahead.store_ahead(self._writer, head, messages, raw, chain)
+        return _Recording(new, self.instance, raw, chain, view, rewritten, before, continuing, near)
 
-        def exchange_row(now: Any) -> dict[str, Any]:
-            return {
-                "session_id": session_id,
-                "created_at": now,
-                "model": model,
-                "upstream": upstream,
-                "stream": stream,
-                "tokens_original": tokens_original,
-                "tokens_compiled": tokens_compiled,
-                "budget": budget,
-                "context_window": window,
-                "pipeline": list(pipeline),
-                "events": list(events),
-                "params": params,
-                "compiled": view,
-                "partial": False,
-                "key_id": key_id,
-                "owner": self.instance,
-                "observed": new.observed,
-                "cache_expected": new.cache_expected,
-                "cache_previous": new.cache_previous,
-            }
-
-        if self._pg and continuing:  # one round trip (turn.py)
-            row = exchange_row(utcnow())
-            ref = turn.continue_history(self._writer, row, new, raw, chain, rewritten)
-            if ref is not None:
-                self._known.add(session_id, *chain[-2:])  # a resend, a sibling, a next turn
-                return ref
+    def _record_anew(self, new: NewRequest, rec: _Recording) -> RequestRef:
+        """A request recorded the general way: any history, stored or not."""
+        session_id, source, key_id = new.session_id, new.source, new.key_id
+        messages, model, decided = new.messages, new.model, new.decided
+        raw, chain, rewritten = rec.raw, rec.chain, rec.rewritten
 
         def work(conn: Direct) -> RequestRef:
             now = utcnow()
@@ -181,9 +234,11 @@ class Store:
             leaf = history.extend_by_one(conn, session_id, messages, raw, chain, now)
             added = 1
             if leaf is None:
-                leaf, added = history.extend(conn, session_id, messages, raw, now, chain, near=near)
-            added += before
-            row = {**exchange_row(now), "leaf_entry_id": leaf, "new_messages": added}
+                leaf, added = history.extend(
+                    conn, session_id, messages, raw, now, chain, near=rec.near
+                )
+            added += rec.before
+            row = {**rec.row(now), "leaf_entry_id": leaf, "new_messages": added}
             if seq is None:
                 row["counted"] = session_id
                 exchange_id, seq = conn.execute(writes.insert_counted_exchange(), row).one()
@@ -198,7 +253,7 @@ class Store:
 
         ref = self._writer.run_core(work, flush=False)
         self._known.add(session_id, *chain[-2:])
-        return ref
+        return self._opened(ref, new)
 
     def replace_compiled(
         self,
@@ -214,6 +269,7 @@ class Store:
     ) -> None:
         """A retry sent another view (an upstream overflow healed): record that one instead."""
         view, rewritten = writes.compiled_view(messages, hash_messages(messages), compiled)
+        self._priors.forget(ref.exchange_id, ref.session_id)
 
         def work(s: Session) -> None:
             now = utcnow()
@@ -259,72 +315,59 @@ class Store:
         the answers of further choices (n > 1) are kept beside it. `usage` is what the client
         got (all recall rounds added up); the token columns hold `sent_usage`, the first
         request's, when recall rounds ran: what the compiled view cost."""
-        answer = message_hash(response) if response is not None else None
-        # On PostgreSQL the first try waits for nothing until COMMIT (see writes.link_answer);
-        # a retry, after the session was deleted meanwhile say, goes the way that looks first.
-        tried: list[bool] = []
-        stored: list[str] = []  # the answer's prefix hash, once its entry is written
+        finishing = _Finishing(
+            self,
+            ref,
+            status=status,
+            latency_ms=latency_ms,
+            ttft_ms=ttft_ms,
+            response=response,
+            partial=partial,
+            usage=usage,
+            error=error,
+            attempts=attempts,
+            choices=choices,
+            recalls=recalls,
+            sent_usage=sent_usage,
+            cache=cache,
+        )
+        self._finish(ref, finishing, expected)
 
-        def work(conn: Direct) -> None:
-            now = utcnow()
-            stored.clear()
-            quick = self._pg and not tried
-            tried.append(True)
-            found: writes.Linked | int | None | bool
-            if quick:
-                found = writes.link_answer(conn, ref, response, answer, partial, now)
+    async def finish_looped(self, ref: RequestRef, expected: bool = False, **fields: Any) -> None:
+        """finish_exchange from the event loop: its round trip waited for there (PostgreSQL,
+        store/looped.py), or else on a thread."""
+        finishing = _Finishing(self, ref, **fields)
+        if self._loop is not None:
+            try:
+                await self._loop.transaction(finishing.work)
+            except offload.WouldWait:
+                pass
             else:
-                found = writes.answer_entry(conn, ref, response, answer, partial, now)
-            if found is False:
-                log.info(
-                    "store: session %s was deleted before exchange %d finished",
-                    ref.session_id,
-                    ref.seq,
-                )
+                self._finished(ref, finishing, expected)
                 return
-            entry_id = found
-            values = {
-                "xid": ref.exchange_id,
-                "status": status,
-                "finished_at": now,
-                "latency_ms": latency_ms,
-                "ttft_ms": ttft_ms,
-                "response_hash": answer,
-                "response_entry_id": entry_id,
-                "partial": partial,
-                "usage": usage,
-                "error": error,
-                "attempts": attempts,
-                "choices": choices,
-                **({"recalls": recalls} if recalls is not None else {}),  # else: as saved
-                "progress": None,
-                **writes.usage_columns(sent_usage or usage),
-                **(cache or {}),  # cached_tokens, cache_cause, cache_lost (exchange/cache.py)
-            }
-            if answer is not None and ref.leaf_prefix is not None:
-                stored.append(history.link(ref.leaf_prefix, answer))
-            if isinstance(found, writes.Linked):
-                values.pop("response_entry_id")
-                values.update(found.params)
-                conn.execute(writes.finish_linked_exchange(), values)
-            else:
-                conn.execute(writes.finish_exchange(), values)
-            conn.execute(writes.touch_session(), {"sid": ref.session_id, "updated_at": now})
+        await offload.hop(self._finish, ref, finishing, expected)
 
+    def _finish(self, ref: RequestRef, finishing: _Finishing, expected: bool) -> None:
         # Run twice, this leaves what running it once does: the answer's message and entry
         # are inserted unless stored, the exchange's columns set to the same values again.
-        settle = expected
         try:
-            self._writer.run_core(work, idempotent=True)
+            self._writer.run_core(finishing.work, idempotent=True)
         except offload.WouldWait:  # to be run again, on a thread: still expected until then
-            settle = False
             raise
-        finally:
-            if settle:
+        except BaseException:
+            if expected:
                 self._settled(ref.session_id)
-        for prefix in stored:
-            self._known.add(ref.session_id, prefix)
+            raise
+        self._finished(ref, finishing, expected)
         self._writer.tidy()
+
+    def _finished(self, ref: RequestRef, finishing: _Finishing, expected: bool) -> None:
+        if finishing.closed:
+            self._priors.finished(ref.exchange_id, finishing.values["prompt_tokens"])
+        if expected:
+            self._settled(ref.session_id)
+        for prefix in finishing.stored:
+            self._known.add(ref.session_id, prefix)
 
     def expect_finish(self, session_id: str) -> None:
         """An exchange's finish is written after its answer was sent (`expected=True`): until
@@ -351,6 +394,17 @@ class Store:
         """The answer streamed so far, kept on the open exchange in case this process dies."""
         values = {"xid": ref.exchange_id, "progress": answer}
         self._writer.run_core(lambda c: c.execute(writes.save_open(), values), idempotent=True)
+
+    async def save_progress_looped(self, ref: RequestRef, answer: dict[str, Any]) -> None:
+        """save_progress from the event loop (as finish_looped)."""
+        if self._loop is not None:
+            values = {"xid": ref.exchange_id, "progress": answer}
+            try:
+                await self._loop.transaction(lambda c: c.execute(writes.save_open(), values))
+                return
+            except offload.WouldWait:
+                pass
+        await offload.hop(self.save_progress, ref, answer)
 
     def save_recalls(self, ref: RequestRef, recalls: list[dict[str, Any]]) -> None:
         """The recall calls answered so far, kept on the open exchange in case this process
@@ -409,6 +463,7 @@ class Store:
 
     def delete_session(self, session_id: str) -> bool:
         """Remove a session, its history and exchanges, and messages nothing else uses."""
+        self._priors.forget(0, session_id)
 
         def work(s: Session) -> bool:
             if s.get(SessionRow, session_id) is None:
@@ -440,6 +495,20 @@ class Store:
                 return states.load(Direct(conn), session_id, chain)
         engine = self._reads or self.engine
         return pipelined.read(engine, lambda c: states.load(Direct(c), session_id, chain))
+
+    async def load_state_looped(self, session_id: str, hashes: list[str]) -> states.Prior | None:
+        """load_state from the event loop: a continuing session's one query waited for there
+        (PostgreSQL, store/looped.py); a load that needs more, on a thread."""
+        chain = history.prefix_chain(hashes)
+        first = states.first_probe(session_id, chain)
+        if self._loop is not None and first is not None:
+            try:
+                rows = await self._loop.read(*first)
+                answered = looped.Answered(self.engine.dialect, *first, rows)
+                return states.load(answered, session_id, chain)
+            except offload.WouldWait:
+                pass
+        return await offload.hop(self.load_state, session_id, hashes)
 
     def _read(self, query: Callable[[Session], T], session_id: str | None = None) -> T:
         """An audit read, once the finishes of exchanges already answered are written."""
@@ -492,3 +561,121 @@ class Store:
 
     def stats(self) -> Stats:
         return self._read(totals.stats)
+
+
+@dataclass(frozen=True)
+class _Recording:
+    """What recording a request needs, worked out before its transaction."""
+
+    new: NewRequest
+    owner: str | None  # this process's instance id
+    raw: list[str]  # the messages' hashes
+    chain: list[str]  # their prefix hashes
+    view: list[Any]  # the compiled view, encoded against the history
+    rewritten: dict[str, dict[str, Any]]  # the view's rewritten messages, by hash
+    before: int  # entries stored ahead of the request's transaction
+    continuing: bool  # extends a history this process stored by one message
+    near: bool  # ends within a few messages of a history this process stored
+
+    @property
+    def turn(self) -> tuple[Any, ...]:
+        """turn.continue_history's arguments after the exchange's row."""
+        return (self.new, self.raw, self.chain, self.rewritten)
+
+    def row(self, now: Any) -> dict[str, Any]:
+        """The exchange's columns."""
+        new = self.new
+        return {
+            "session_id": new.session_id,
+            "created_at": now,
+            "model": new.model,
+            "upstream": new.upstream,
+            "stream": new.stream,
+            "tokens_original": new.tokens_original,
+            "tokens_compiled": new.tokens_compiled,
+            "budget": new.budget,
+            "context_window": new.window,
+            "pipeline": list(new.pipeline),
+            "events": list(new.events),
+            "params": {k: v for k, v in new.request.items() if k != "messages"},
+            "compiled": self.view,
+            "partial": False,
+            "key_id": new.key_id,
+            "owner": self.owner,
+            "observed": new.observed,
+            "cache_expected": new.cache_expected,
+            "cache_previous": new.cache_previous,
+        }
+
+
+class _Finishing:
+    """An exchange's finish: its transaction's work, run on a thread or from the loop."""
+
+    def __init__(
+        self,
+        store: Store,
+        ref: RequestRef,
+        *,
+        status: int,
+        latency_ms: float,
+        ttft_ms: float | None,
+        response: dict[str, Any] | None,
+        partial: bool,
+        usage: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        attempts: list[dict[str, Any]] | None = None,
+        choices: Sequence[dict[str, Any] | None] | None = None,
+        recalls: list[dict[str, Any]] | None = None,
+        sent_usage: dict[str, Any] | None = None,
+        cache: dict[str, Any] | None = None,
+    ) -> None:
+        self.pg, self.ref, self.response, self.partial = store._pg, ref, response, partial
+        self.answer = message_hash(response) if response is not None else None
+        self.values = {
+            "xid": ref.exchange_id,
+            "status": status,
+            "latency_ms": latency_ms,
+            "ttft_ms": ttft_ms,
+            "response_hash": self.answer,
+            "partial": partial,
+            "usage": usage,
+            "error": error,
+            "attempts": attempts,
+            "choices": choices,
+            **({"recalls": recalls} if recalls is not None else {}),  # else: as saved
+            "progress": None,
+            **writes.usage_columns(sent_usage or usage),
+            **(cache or {}),  # cached_tokens, cache_cause, cache_lost (exchange/cache.py)
+        }
+        # On PostgreSQL the first try waits for nothing until COMMIT (see writes.link_answer);
+        # a retry, after the session was deleted meanwhile say, goes the way that looks first.
+        self.tried = False
+        self.stored: list[str] = []  # the answer's prefix hash, once its entry is written
+        self.closed = False  # the exchange was there to close
+
+    def work(self, conn: Direct | looped.Batch) -> None:
+        ref, response, answer, partial = self.ref, self.response, self.answer, self.partial
+        now = utcnow()
+        self.stored.clear()
+        self.closed = False
+        quick, self.tried = self.pg and not self.tried, True
+        found: writes.Linked | int | None | bool
+        if quick:
+            found = writes.link_answer(conn, ref, response, answer, partial, now)
+        else:
+            found = writes.answer_entry(conn, ref, response, answer, partial, now)
+        if found is False:
+            log.info(
+                "store: session %s was deleted before exchange %d finished", ref.session_id, ref.seq
+            )
+            return
+        values = {**self.values, "finished_at": now}
+        if answer is not None and ref.leaf_prefix is not None:
+            self.stored.append(history.link(ref.leaf_prefix, answer))
+        if isinstance(found, writes.Linked):
+            values.update(found.params)
+            conn.execute(writes.finish_linked_exchange(), values)
+        else:
+            conn.execute(writes.finish_exchange(), {**values, "response_entry_id": found})
+        conn.execute(writes.touch_session(), {"sid": ref.session_id, "updated_at": now})
+        self.closed = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, cast
@@ -32,7 +32,8 @@ from sqlalchemy import (
 from sqlalchemy import update as update_
 from sqlalchemy.dialects import postgresql
 
-from proxy.store import direct, history, writes
+from proxy import offload
+from proxy.store import direct, history, looped, writes
 from proxy.store.direct import Direct, Pending
 from proxy.store.engine import Writer
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, SessionRow, ViewStateRow
@@ -75,8 +76,8 @@ def _table(model: type[Any]) -> Table:
 class Opened:
     """The rows of a continuing turn's statements, read once its transaction committed."""
 
-    advanced: Pending
-    opened: Pending
+    advanced: Pending | looped.Sent
+    opened: Pending | looped.Sent
     session_id: str
     position: int
     prefix: str
@@ -112,12 +113,47 @@ def continue_history(
     rewritten: dict[str, dict[str, Any]],
 ) -> RequestRef | None:
     """Record a continuing turn in one round trip, or return None when its history's parent
-    is not stored (nothing was recorded). A try whose connection was lost once COMMIT was
-    sent may have committed: the next looks for its exchange first (by its session, its
-    leaf and its created_at, this call's own), so that nothing is recorded twice."""
+    is not stored (nothing was recorded)."""
+    work = _tries(row, new, hashes, chain, rewritten, None)
+    return writer.run_core(work, idempotent=True, flush=False).ref()
+
+
+async def continue_looped(
+    loop: looped.Loop,
+    writer: Writer,
+    row: dict[str, Any],
+    new: NewRequest,
+    hashes: Sequence[str],
+    chain: Sequence[str],
+    rewritten: dict[str, dict[str, Any]],
+    guard: tuple[Any, dict[str, Any]] | None = None,
+) -> RequestRef | None:
+    """continue_history, its round trip waited for on the event loop (looped.py); where it
+    cannot be, on a thread. With a `guard` (states.guard) run first, a DataError when it
+    refused the turn."""
+    work = _tries(row, new, hashes, chain, rewritten, guard)
+    try:
+        opened = await loop.transaction(work, flush=False)
+    except offload.WouldWait:
+        opened = await offload.hop(writer.run_core, work, True, False)
+    return opened.ref()
+
+
+def _tries(
+    row: dict[str, Any],
+    new: NewRequest,
+    hashes: Sequence[str],
+    chain: Sequence[str],
+    rewritten: dict[str, dict[str, Any]],
+    guard: tuple[Any, dict[str, Any]] | None,
+) -> Callable[[Direct | looped.Batch], Opened | Done]:
+    """The turn's work, run until one try commits. A try whose connection was lost once
+    COMMIT was sent may have committed: the next looks for its exchange first (by its
+    session, its leaf and its created_at, this call's own), so that nothing is recorded
+    twice."""
     tries: list[bool] = []
 
-    def work(conn: Direct) -> Opened | Done:
+    def work(conn: Direct | looped.Batch) -> Opened | Done:
         if tries:
             params = {"sid": row["session_id"], "now": row["created_at"], "leaf": chain[-1]}
             found = conn.execute(committed(), params).first()
@@ -128,9 +164,11 @@ def continue_history(
                     RequestRef(row["session_id"], seq, exchange_id, leaf, added, position, prefix)
                 )
         tries.append(True)
+        if guard is not None:
+            conn.send(*guard)
         return record(conn, row, new, hashes, chain, rewritten)
 
-    return writer.run_core(work, idempotent=True, flush=False).ref()
+    return work
 
 
 @cache
@@ -149,7 +187,7 @@ def committed() -> Any:
 
 
 def record(
-    conn: Direct,
+    conn: Direct | looped.Batch,
     row: dict[str, Any],
     new: NewRequest,
     hashes: Sequence[str],
