@@ -69,7 +69,8 @@ def test_a_start_closes_what_dead_processes_left_open_and_nothing_live(url: str)
     open_exchange(live, "alive", "still going")
 
     starting = Store(url)
-    Liveness(starting).start()
+    liveness = Liveness(starting)
+    liveness.start()
 
     streamed = starting.get_exchange("streaming", 1)
     assert streamed is not None and streamed.exchange.status == 200
@@ -81,6 +82,7 @@ def test_a_start_closes_what_dead_processes_left_open_and_nothing_live(url: str)
     assert waiting.exchange.status == 500 and waiting.error["code"] == "interrupted"
     assert waiting.response is None
     assert starting.get_exchange("alive", 1).exchange.pending  # its process still runs
+    liveness.stop()  # its heartbeat, before the database goes
     for store in (dead, live, starting):
         store.close()
 
