@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 from proxy.observe.metrics import FinishedExchange, observe
 
 if TYPE_CHECKING:  # it imports this module
-    from proxy.exchange.steps import Exchange
+    from proxy.exchange.recorder import Recorder
 
 
 def exchange_finished(
-    exchange: Exchange,
+    exchange: Recorder,
     status: int,
     now: float,
     first: float | None,
@@ -19,7 +19,7 @@ def exchange_finished(
     partial: bool,
     error: dict[str, Any] | None,
 ) -> None:
-    """Called by exchange.Exchange.finish once the exchange is recorded: count it, log it."""
+    """Called by Recorder.finish once the exchange is recorded: count it, log it."""
     sent, ref = exchange.sent, exchange.ref
     if ref is None:  # only a recorded exchange finishes
         return
