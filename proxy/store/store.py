@@ -6,7 +6,6 @@ import collections
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +40,7 @@ from proxy.store.models import (
     ViewStateRow,
     utcnow,
 )
+from proxy.store.recording import Finishing, Recording
 from proxy.store.request import NewRequest
 from proxy.store.views import (
     ExchangeDetail,
@@ -53,7 +53,6 @@ from proxy.store.views import (
     Stats,
     StoredMessage,
 )
-from strategies.messages import message_hash
 
 T = TypeVar("T")
 log = logging.getLogger("ctxproxy.store")
@@ -204,7 +203,7 @@ class Store:
             self._priors.opened(ref.exchange_id, ref.session_id, ref.leaf_prefix, new.decided)
         return ref
 
-    def _recording(self, new: NewRequest) -> _Recording:
+    def _recording(self, new: NewRequest) -> Recording:
         messages = new.messages
         if not messages:
             raise ValueError("a request needs at least one message")
@@ -220,9 +219,9 @@ class Store:
         continuing = len(raw) >= 2 and (sid, chain[-2]) in self._known
         near = continuing or any((sid, c) in self._known for c in chain[-NEAR:])
         before = 0 if near else ahead.store_ahead(self._writer, head, messages, raw, chain)
-        return _Recording(new, self.instance, raw, chain, view, rewritten, before, continuing, near)
+        return Recording(new, self.instance, raw, chain, view, rewritten, before, continuing, near)
 
-    def _record_anew(self, new: NewRequest, rec: _Recording) -> RequestRef:
+    def _record_anew(self, new: NewRequest, rec: Recording) -> RequestRef:
         """A request recorded the general way: any history, stored or not."""
         session_id, source, key_id = new.session_id, new.source, new.key_id
         messages, model, decided = new.messages, new.model, new.decided
@@ -315,8 +314,8 @@ class Store:
         the answers of further choices (n > 1) are kept beside it. `usage` is what the client
         got (all recall rounds added up); the token columns hold `sent_usage`, the first
         request's, when recall rounds ran: what the compiled view cost."""
-        finishing = _Finishing(
-            self,
+        finishing = Finishing(
+            self._pg,
             ref,
             status=status,
             latency_ms=latency_ms,
@@ -336,7 +335,7 @@ class Store:
     async def finish_looped(self, ref: RequestRef, expected: bool = False, **fields: Any) -> None:
         """finish_exchange from the event loop: its round trip waited for there (PostgreSQL,
         store/looped.py), or else on a thread."""
-        finishing = _Finishing(self, ref, **fields)
+        finishing = Finishing(self._pg, ref, **fields)
         if self._loop is not None:
             try:
                 await self._loop.transaction(finishing.work)
@@ -347,7 +346,7 @@ class Store:
                 return
         await offload.hop(self._finish, ref, finishing, expected)
 
-    def _finish(self, ref: RequestRef, finishing: _Finishing, expected: bool) -> None:
+    def _finish(self, ref: RequestRef, finishing: Finishing, expected: bool) -> None:
         # Run twice, this leaves what running it once does: the answer's message and entry
         # are inserted unless stored, the exchange's columns set to the same values again.
         try:
@@ -361,7 +360,7 @@ class Store:
         self._finished(ref, finishing, expected)
         self._writer.tidy()
 
-    def _finished(self, ref: RequestRef, finishing: _Finishing, expected: bool) -> None:
+    def _finished(self, ref: RequestRef, finishing: Finishing, expected: bool) -> None:
         if finishing.closed:
             self._priors.finished(ref.exchange_id, finishing.values["prompt_tokens"])
         if expected:
@@ -561,121 +560,3 @@ class Store:
 
     def stats(self) -> Stats:
         return self._read(totals.stats)
-
-
-@dataclass(frozen=True)
-class _Recording:
-    """What recording a request needs, worked out before its transaction."""
-
-    new: NewRequest
-    owner: str | None  # this process's instance id
-    raw: list[str]  # the messages' hashes
-    chain: list[str]  # their prefix hashes
-    view: list[Any]  # the compiled view, encoded against the history
-    rewritten: dict[str, dict[str, Any]]  # the view's rewritten messages, by hash
-    before: int  # entries stored ahead of the request's transaction
-    continuing: bool  # extends a history this process stored by one message
-    near: bool  # ends within a few messages of a history this process stored
-
-    @property
-    def turn(self) -> tuple[Any, ...]:
-        """turn.continue_history's arguments after the exchange's row."""
-        return (self.new, self.raw, self.chain, self.rewritten)
-
-    def row(self, now: Any) -> dict[str, Any]:
-        """The exchange's columns."""
-        new = self.new
-        return {
-            "session_id": new.session_id,
-            "created_at": now,
-            "model": new.model,
-            "upstream": new.upstream,
-            "stream": new.stream,
-            "tokens_original": new.tokens_original,
-            "tokens_compiled": new.tokens_compiled,
-            "budget": new.budget,
-            "context_window": new.window,
-            "pipeline": list(new.pipeline),
-            "events": list(new.events),
-            "params": {k: v for k, v in new.request.items() if k != "messages"},
-            "compiled": self.view,
-            "partial": False,
-            "key_id": new.key_id,
-            "owner": self.owner,
-            "observed": new.observed,
-            "cache_expected": new.cache_expected,
-            "cache_previous": new.cache_previous,
-        }
-
-
-class _Finishing:
-    """An exchange's finish: its transaction's work, run on a thread or from the loop."""
-
-    def __init__(
-        self,
-        store: Store,
-        ref: RequestRef,
-        *,
-        status: int,
-        latency_ms: float,
-        ttft_ms: float | None,
-        response: dict[str, Any] | None,
-        partial: bool,
-        usage: dict[str, Any] | None,
-        error: dict[str, Any] | None,
-        attempts: list[dict[str, Any]] | None = None,
-        choices: Sequence[dict[str, Any] | None] | None = None,
-        recalls: list[dict[str, Any]] | None = None,
-        sent_usage: dict[str, Any] | None = None,
-        cache: dict[str, Any] | None = None,
-    ) -> None:
-        self.pg, self.ref, self.response, self.partial = store._pg, ref, response, partial
-        self.answer = message_hash(response) if response is not None else None
-        self.values = {
-            "xid": ref.exchange_id,
-            "status": status,
-            "latency_ms": latency_ms,
-            "ttft_ms": ttft_ms,
-            "response_hash": self.answer,
-            "partial": partial,
-            "usage": usage,
-            "error": error,
-            "attempts": attempts,
-            "choices": choices,
-            **({"recalls": recalls} if recalls is not None else {}),  # else: as saved
-            "progress": None,
-            **writes.usage_columns(sent_usage or usage),
-            **(cache or {}),  # cached_tokens, cache_cause, cache_lost (exchange/cache.py)
-        }
-        # On PostgreSQL the first try waits for nothing until COMMIT (see writes.link_answer);
-        # a retry, after the session was deleted meanwhile say, goes the way that looks first.
-        self.tried = False
-        self.stored: list[str] = []  # the answer's prefix hash, once its entry is written
-        self.closed = False  # the exchange was there to close
-
-    def work(self, conn: Direct | looped.Batch) -> None:
-        ref, response, answer, partial = self.ref, self.response, self.answer, self.partial
-        now = utcnow()
-        self.stored.clear()
-        self.closed = False
-        quick, self.tried = self.pg and not self.tried, True
-        found: writes.Linked | int | None | bool
-        if quick:
-            found = writes.link_answer(conn, ref, response, answer, partial, now)
-        else:
-            found = writes.answer_entry(conn, ref, response, answer, partial, now)
-        if found is False:
-            log.info(
-                "store: session %s was deleted before exchange %d finished", ref.session_id, ref.seq
-            )
-            return
-        values = {**self.values, "finished_at": now}
-        if answer is not None and ref.leaf_prefix is not None:
-            self.stored.append(history.link(ref.leaf_prefix, answer))
-        if isinstance(found, writes.Linked):
-            values.update(found.params)
-            conn.execute(writes.finish_linked_exchange(), values)
-        else:
-            conn.execute(writes.finish_exchange(), {**values, "response_entry_id": found})
-        conn.execute(writes.touch_session(), {"sid": ref.session_id, "updated_at": now})
-        self.closed = True
