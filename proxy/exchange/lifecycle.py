@@ -108,7 +108,7 @@ async def _exchange(
     exchange = Exchange(services, timing, upstream.name, chat.model)
     small = _short(request, body, wire)
     exchange.small, exchange.here = small, small and services.store.local
-    exchange.looped = services.store.looped
+    exchange.looped = small and services.store.looped
     exchange.observed = observing(request, settings)
     owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)

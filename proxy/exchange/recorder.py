@@ -61,9 +61,9 @@ class Recorder:
         self.deferring = False
         self.watch: Watch | None = None  # the client watched for a disconnect, while it is
         # Whether its store and compile run on the event loop: short work (a small request on
-        # SQLite), which a thread hop would cost more than it takes (offload.py). `looped`: on
-        # PostgreSQL, the store's round trips are waited for on the loop (a small request's
-        # state read and record, every answer's record and progress), its compile too if small.
+        # SQLite), which a thread hop would cost more than it takes (offload.py). `looped`: a
+        # small request on PostgreSQL, its store's round trips waited for on the loop (the
+        # record of a turn the one-trip way takes, its answer's record and progress).
         self.small = self.here = self.looped = False
         self._pending: list[dict[str, Any]] = []  # finishes' fields, to be written
         # The request's record when open() left it to be written while the upstream works
