@@ -108,7 +108,10 @@ async def _exchange(
     exchange = Exchange(services, timing, upstream.name, chat.model)
     small = _short(request, body, wire)
     exchange.small, exchange.here = small, small and services.store.local
-    exchange.looped = small and services.store.looped
+    # PostgreSQL on the loop only for a small body: a Claude-shaped turn's (170 KB, however
+    # little of it is new) answer record was slower there than on a thread.
+    raw = len(request.scope.get(RAW_BODY, b""))
+    exchange.looped = services.store.looped and 0 < raw <= HERE_BYTES
     exchange.observed = observing(request, settings)
     owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
