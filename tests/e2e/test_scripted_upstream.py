@@ -342,9 +342,9 @@ def test_a_long_history_reaches_the_upstream_as_the_same_bytes(
     import orjson
 
     messages = [{"role": "user", "content": "hello there"}]
-    for i in range(300):
+    for i in range(300):  # past send.PARTS_FROM: its parts go one after another
         messages += [
-            {"role": "assistant", "content": f"answer {i} é 😀 " + "x" * 300},
+            {"role": "assistant", "content": f"answer {i} é 😀 " + "x" * 600},
             {"role": "user", "content": f"next {i}"},
         ]
     body = {"model": "echo", "messages": messages, "temperature": 0.5}

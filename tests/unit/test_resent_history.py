@@ -98,8 +98,9 @@ def test_a_view_left_as_it_came_goes_as_the_same_bytes() -> None:
         assert json.loads(encode_json(big)) == {**body, "seed": 2**70}
 
 
-def test_a_view_left_as_it_came_goes_as_its_parts_with_the_same_bytes() -> None:
+def test_a_long_view_left_as_it_came_goes_as_its_parts_with_the_same_bytes() -> None:
     messages = [user("é \u2028 😀 \x00"), {"role": "assistant", "content": "x", "t": 0.1}]
+    messages += [user("y" * 1000) for _ in range(140)]
     body = {"model": "m", "messages": messages, "temperature": 0.5, "stop": ["\x00"]}
     with request_scope():
         made = dumped(messages)
@@ -110,3 +111,8 @@ def test_a_view_left_as_it_came_goes_as_its_parts_with_the_same_bytes() -> None:
         big = {**body, "seed": 2**70, "messages": encoded(list(messages), messages)}
         assert encode_parts(big) == [encode_json(big)]
     assert encode_parts(body) == [orjson.dumps(body)]  # nothing made already: one buffer
+    short = {**body, "messages": messages[:2]}
+    with request_scope():
+        dumped(short["messages"])
+        outgoing = {**short, "messages": encoded(list(short["messages"]), short["messages"])}
+        assert encode_parts(outgoing) == [orjson.dumps(short)]  # a short one: one buffer
