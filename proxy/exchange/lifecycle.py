@@ -105,7 +105,9 @@ async def _exchange(
     if upstream is None:
         raise ModelNotFound(chat.model)
     exchange = Exchange(services, timing, upstream.name, chat.model)
-    exchange.here = services.store.local and _short(request, body, wire)
+    small = len(request.scope.get(RAW_BODY, b"")) <= HERE_BYTES
+    exchange.here = services.store.local and small
+    exchange.opens_here = exchange.here or (services.store.local and _known(request, body, wire))
     exchange.observed = observing(request, settings)
     owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
@@ -154,11 +156,10 @@ async def _exchange(
     return Recorded(answer, exchange)
 
 
-def _short(request: Request, body: dict[str, Any], wire: Wire | None) -> bool:
-    """Whether the exchange's store and compile are short work (see HERE_BYTES)."""
+def _known(request: Request, body: dict[str, Any], wire: Wire | None) -> bool:
+    """Whether a longer exchange's store and compile are short work all the same (see
+    HERE_KNOWN_BYTES)."""
     size = len(request.scope.get(RAW_BODY, b""))
-    if size <= HERE_BYTES:
-        return True
     unseen = wire.conversion.unseen if wire is not None else None
     if unseen is None or unseen > HERE_BYTES or size > HERE_KNOWN_BYTES:
         return False

@@ -81,6 +81,10 @@ class Exchange:
         # Whether its store and compile run on the event loop: short work (a small request on
         # SQLite), which a thread hop would cost more than it takes (offload.py).
         self.here = False
+        # Whether its open (store and compile) runs there: also a long agent turn's, whose
+        # new part is short (lifecycle._short); its record after the answer stays off the loop,
+        # where it overlaps the client's next request instead of delaying it.
+        self.opens_here = False
         self._pending: list[Callable[[], None]] = []
         self.opened: tuple[str, Opened] | None = None  # until the answer is recorded
         self.observed = False  # observe mode: the client's request goes upstream as it came
@@ -146,7 +150,8 @@ class Exchange:
             with self.timing.span("store"):
                 await self.record(key, body, upstream.name, compiled)
             return compiled
-        return await offload.run(self.here, self._open, key, bodies, upstream.name, window, factor)
+        here = self.opens_here
+        return await offload.run(here, self._open, key, bodies, upstream.name, window, factor)
 
     def _open(
         self,
