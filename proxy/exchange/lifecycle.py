@@ -106,12 +106,13 @@ async def _exchange(
     if upstream is None:
         raise ModelNotFound(chat.model)
     exchange = Exchange(services, timing, upstream.name, chat.model)
-    small = _short(request, body, wire)
-    exchange.small, exchange.here = small, small and services.store.local
-    # PostgreSQL on the loop only for a small body: a Claude-shaped turn's (170 KB, however
+    small = len(request.scope.get(RAW_BODY, b"")) <= HERE_BYTES
+    local = services.store.local
+    exchange.small, exchange.here = small, small and local
+    exchange.opens_here = exchange.here or (local and _known(request, body, wire))
+    # PostgreSQL's loop way only for a small body: a Claude-shaped turn's (170 KB, however
     # little of it is new) answer record was slower there than on a thread.
-    raw = len(request.scope.get(RAW_BODY, b""))
-    exchange.looped = services.store.looped and 0 < raw <= HERE_BYTES
+    exchange.looped = small and services.store.looped
     exchange.observed = observing(request, settings)
     owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
@@ -164,11 +165,10 @@ async def _exchange(
     return Recorded(answer, exchange)
 
 
-def _short(request: Request, body: dict[str, Any], wire: Wire | None) -> bool:
-    """Whether the exchange's store and compile are short work (see HERE_BYTES)."""
+def _known(request: Request, body: dict[str, Any], wire: Wire | None) -> bool:
+    """Whether a longer exchange's store and compile are short work all the same (see
+    HERE_KNOWN_BYTES)."""
     size = len(request.scope.get(RAW_BODY, b""))
-    if size <= HERE_BYTES:
-        return True
     unseen = wire.conversion.unseen if wire is not None else None
     if unseen is None or unseen > HERE_BYTES or size > HERE_KNOWN_BYTES:
         return False

@@ -65,6 +65,10 @@ class Recorder:
         # small request on PostgreSQL, its store's round trips waited for on the loop (the
         # record of a turn the one-trip way takes, its answer's record and progress).
         self.small = self.here = self.looped = False
+        # Whether its open (store and compile, the request's record) runs there: also a long
+        # agent turn's whose new part is short (lifecycle._known); its answer's record stays
+        # off the loop, where it overlaps the client's next request instead of delaying it.
+        self.opens_here = False
         self._pending: list[dict[str, Any]] = []  # finishes' fields, to be written
         # The request's record when open() left it to be written while the upstream works
         # (`alongside`), and that write once it is under way.
@@ -119,7 +123,7 @@ class Recorder:
         if out is not None:  # on the loop, it would hold the request back
             await out.wait()
         with self.timing.span("store", within="upstream" if self._sending else None):
-            self.ref = await offload.run(self.here, self.store.record_request, new)
+            self.ref = await offload.run(self.opens_here, self.store.record_request, new)
         if self.rounds is not None:  # built before the record was written
             self.rounds.ref = self.ref
 

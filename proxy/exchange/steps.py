@@ -108,7 +108,7 @@ class Exchange(Recorder):
             if self.store.continues(key.id, self.hashes):
                 return await self._open_looped(key, bodies, upstream.name, window, factor)
         return await offload.run(
-            self.here, self._open, key, bodies, upstream.name, window, factor, later
+            self.opens_here, self._open, key, bodies, upstream.name, window, factor, later
         )
 
     async def _open_looped(
