@@ -46,8 +46,15 @@ def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         try:
-            # no pre-ping: a dead connection is retried instead
-            engine = create_engine(parsed, json_serializer=json_text, json_deserializer=json_value)
+            # No pre-ping: a dead connection is retried instead. The pool's usual 5 besides those
+            # kept for the event loop's statements (looped.py): an overflow connection is closed
+            # after each use, and a thread's transaction would open one each time.
+            engine = create_engine(
+                parsed,
+                pool_size=5 + looped.KEEP,
+                json_serializer=json_text,
+                json_deserializer=json_value,
+            )
         except ImportError as exc:  # the dialect imports its driver when the engine is built
             raise _driver_missing(parsed.drivername, exc) from None
         if engine.dialect.name == "postgresql":
