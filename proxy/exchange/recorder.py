@@ -75,7 +75,7 @@ class Recorder:
         self._unwritten: NewRequest | None = None
         self._recording: asyncio.Future[None] | None = None
         self._sending = False  # whether that write runs while the view goes upstream
-        self._out = asyncio.Event()  # set once the view is out: the write may start
+        self._out: asyncio.Event | None = None  # set once the view is out: the write may start
         self.opened: tuple[str, Opened] | None = None  # until the answer is recorded
         self.observed = False  # observe mode: the client's request goes upstream as it came
         self.expectation: cache.Expectation | None = None  # of the server's prompt cache
@@ -114,7 +114,8 @@ class Recorder:
             if self._unwritten is None:
                 return
             self._recording = asyncio.ensure_future(self._write())
-        self._out.set()  # the send is over (a failed one's finish is why we are here)
+        if self._out is not None:  # the send is over (a failed one's finish is why we are here)
+            self._out.set()
         await asyncio.shield(self._recording)
 
     async def _write(self, out: asyncio.Event | None = None) -> None:
