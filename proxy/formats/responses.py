@@ -290,8 +290,8 @@ def usage_to_openai(usage: Any) -> dict[str, Any] | None:
 
 def neutral_answer(data: dict[str, Any]) -> dict[str, Any]:
     """A Responses answer's output as the neutral assistant message the audit records."""
-    groups, _ = _groups([i for i in data.get("output") or [] if isinstance(i, dict)] or [{}])
-    messages = [m for g in groups for m in g.neutral if m["role"] == "assistant"]
+    items = [i for i in data.get("output") or [] if isinstance(i, dict)]
+    messages = [m for g in _groups(items)[0] for m in g.neutral if m["role"] == "assistant"]
     if not messages:
         return {"role": "assistant", "content": ""}
     merged = dict(messages[0])

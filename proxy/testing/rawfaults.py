@@ -215,3 +215,44 @@ FAULTS: dict[str, tuple[Fault, int]] = {
         502,
     ),
 }
+
+
+def responses_events(text: str) -> list[bytes]:
+    """A native Responses stream's events up to (not including) its `response.completed`."""
+    response = {"id": "resp_up1", "object": "response", "status": "in_progress", "output": []}
+    item = {"type": "message", "id": "msg_up1", "role": "assistant", "content": []}
+    data: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": response}),
+        ("response.output_item.added", {"output_index": 0, "item": item}),
+        ("response.output_text.delta", {"output_index": 0, "item_id": "msg_up1", "delta": text}),
+    ]
+    return [
+        b"event: %s\ndata: %s\n\n" % (k.encode(), json.dumps({"type": k, **d}).encode())
+        for k, d in data
+    ]
+
+
+def _sse_head(length: int | None = None) -> bytes:
+    size = b"Content-Length: %d\r\n" % length if length is not None else b"Connection: close\r\n"
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + size + b"\r\n"
+
+
+# A Responses stream the upstream cuts short (model `responses:<name>`): each writes its bytes and
+# closes the connection. The text so far is "partial text".
+RESPONSES_CUTS: dict[str, Callable[[], bytes]] = {
+    # closed mid-way: whole events, then half of one
+    "closed-midway": lambda: (
+        _sse_head()
+        + b"".join(responses_events("partial text"))
+        + b'event: response.output_text.delta\ndata: {"type": "respo'
+    ),
+    # every event whole, the stream ended cleanly, but no response.completed
+    "no-completed": lambda: (lambda p: _sse_head(len(p)) + p)(
+        b"".join(responses_events("partial text"))
+    ),
+    # a chat completions stream where a Responses one was asked for
+    "not-responses": lambda: (lambda p: _sse_head(len(p)) + p)(
+        b'data: {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": '
+        b'{"role": "assistant", "content": "partial text"}}]}\n\ndata: [DONE]\n\n'
+    ),
+}

@@ -2,8 +2,9 @@
 answers stalled after their headers, a byte a second, headers no proxy should pass on.
 
 The request body's `model` picks the behaviour (see ANSWERS; `fault:<name>` picks one of
-proxy/testing/rawfaults.py's, `raw-echo` answers with the last user message); any other model
-gets a valid chat completion (an event stream when the request asks for one).
+proxy/testing/rawfaults.py's, `responses:<name>` one of its cut Responses streams, `raw-echo`
+answers with the last user message); any other model gets a valid chat completion (an event
+stream when the request asks for one).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import select
 import threading
 from typing import Any
 
-from proxy.testing.rawfaults import FAULTS, echo, response
+from proxy.testing.rawfaults import FAULTS, RESPONSES_CUTS, echo, response
 from proxy.testing.scripted import chunk, completion, sse
 
 OK = json.dumps(completion("m", "fine", {"messages": []})).encode()
@@ -119,6 +120,10 @@ class RawUpstream:
         model, stream = body.get("model", ""), bool(body.get("stream"))
         if model.startswith("fault:"):
             return await FAULTS[model.removeprefix("fault:")][0](w, body)
+        if model.startswith("responses:"):
+            w.write(RESPONSES_CUTS[model.removeprefix("responses:")]())
+            await w.drain()
+            return False
         if model == "raw-echo":
             w.write(response(echo(body)))
         elif model == "close-later":  # a clean answer, then the idle connection closed
