@@ -172,6 +172,9 @@ class Settings(BaseSettings):
     # observe: the upstream gets each request as the client sent it; ctxproxy records the view
     # it would have sent (a request's X-Ctxproxy-Mode header chooses for that request).
     mode: Literal["compact", "observe"] = "compact"
+    # Who may choose the mode per request by X-Ctxproxy-Mode: `admin`, the operator only (the
+    # admin key; with no keys at all, a client connected directly over loopback), or `clients`.
+    mode_switch: Literal["admin", "clients"] = "admin"
 
     @classmethod
     def settings_customise_sources(

@@ -20,6 +20,7 @@ from proxy.exchange.prepare import prepare
 from proxy.exchange.steps import Exchange
 from proxy.exchange.wire import API_KEY
 from proxy.observe.timing import Timing
+from proxy.sessions.conversations import told, told_id
 from proxy.sessions.identify import identify
 from proxy.sessions.owners import client_key_id
 from proxy.settings import Upstream
@@ -75,9 +76,9 @@ async def run(
         "compaction": compiled.summary(),
         "budget": compiled.prompt_budget,
         "context_window": window,
-        "session": key.id,
+        "session": told_id(key),
     }
-    headers = compilation_headers(compiled) | {"x-ctxproxy-session": key.id}
+    headers = compilation_headers(compiled) | told(key)
     return Response(orjson.dumps(answer), 200, headers, media_type="application/json")
 
 

@@ -37,7 +37,7 @@ from proxy.exchange.relay import relay
 from proxy.exchange.steps import Exchange
 from proxy.observe.timing import Timing
 from proxy.recall import tool as recall
-from proxy.sessions.conversations import told
+from proxy.sessions.conversations import told, told_id
 from proxy.sessions.identify import identify
 from proxy.sessions.owners import client_key_id
 from proxy.settings import Upstream
@@ -99,9 +99,11 @@ async def _exchange(
     # The wire shape checked; `sendable` is what is compiled and sent (repaired, if the policy
     # says so), while `body` stays the raw request, stored as the client sent it.
     settings = services.settings
-    chat, sendable = await prepare(
-        body, settings.compaction.invalid_pairing, settings.forward_client_identity
-    )
+    observed = observing(request, settings)
+    pairing = settings.compaction.invalid_pairing
+    if observed and pairing == "reject":  # the client's request goes as sent; the view repaired
+        pairing = "repair"
+    chat, sendable = await prepare(body, pairing, settings.forward_client_identity)
     upstream = services.settings.upstream_for(chat.model)
     if upstream is None:
         raise ModelNotFound(chat.model)
@@ -113,10 +115,12 @@ async def _exchange(
     # PostgreSQL's loop way only for a small body: a Claude-shaped turn's (170 KB, however
     # little of it is new) answer record was slower there than on a thread.
     exchange.looped = small and services.store.looped
-    exchange.observed = observing(request, settings)
+    exchange.observed = observed
     owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
-    key = services.conversations.place(key, body)
+    key = services.conversations.place(wire.session(key) if wire else key, body)
+    if wire is not None:  # a Responses id tells its continuation what this answer tells
+        wire.told = told_id(key) is not None
     window = await services.windows.window(upstream, chat.model)
     # Wherever the recall tool may be offered the budget leaves room for it, so offering it
     # never changes which view is sent.
@@ -139,7 +143,7 @@ async def _exchange(
     exchange.watch = Watch(request.receive)
     try:
         r, compiled = await _forward(
-            request, exchange, upstream, wire, (sendable, counted), compiled
+            request, exchange, upstream, wire, (body, sendable, counted), compiled
         )
         headers = compilation_headers(compiled) | told(key)
         if exchange.observed:
@@ -180,17 +184,19 @@ async def _forward(
     exchange: Exchange,
     upstream: Upstream,
     wire: Wire | None,
-    bodies: tuple[dict[str, Any], dict[str, Any]],
+    bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
     compiled: Compiled,
 ) -> tuple[httpx.Response, Compiled]:
     """The view upstream (refitted once if the upstream counts it over its window), or in
-    observe mode the client's own request."""
+    observe mode the client's own request. `bodies`: as the client sent it, as it is to be
+    sent, as it is counted."""
+    body, sendable, counted = bodies
     if exchange.observed:
         with exchange.timing.span("upstream"):
-            sent = send_observed(request, exchange, upstream, wire, bodies[0], compiled)
+            sent = send_observed(request, exchange, upstream, wire, (body, sendable), compiled)
             return await unless_gone(request, exchange, exchange.alongside(sent)), compiled
     send = exchange.forward if wire is None else partial(wire.forward, exchange)
-    return await _send_fitted(request, exchange, upstream, send, bodies, compiled)
+    return await _send_fitted(request, exchange, upstream, send, (sendable, counted), compiled)
 
 
 async def _answer(

@@ -3,8 +3,9 @@
 An id is `resp_` and the base64 of a MAC of `session/seq` and that name enciphered under the
 MAC (HMAC-SHA256 as the PRF, SIV-style), keyed by the install's secret kept in the store: nobody
 can forge an id, so a stranger cannot load a session's history by naming it, and an id does not
-show which session it was filed in (a side request joined to one is not told which). With
-client keys, an id of another key's session is refused too.
+show which session it was filed in (a side request joined to one is not told which). The name
+also says whether the exchange's client was told its session: a request continued from an id is
+told it only if that one was. With client keys, an id of another key's session is refused too.
 """
 
 from __future__ import annotations
@@ -17,16 +18,19 @@ from typing import Any
 
 from proxy.errors import BadRequest
 from proxy.offload import hop
+from proxy.sessions.identify import SessionKey
 from proxy.store import Store
 
 PREFIX = "resp_"
 MAX_SEQ_DIGITS = 19  # 2^63 - 1 has 19
 NO_STORE = "ctxproxy_store"  # in the stored request when the client sent store: false
 MAC_BYTES = 16
+UNTOLD = "~"  # after the sequence: the exchange's client was not told its session
+CONTINUED, UNTOLD_SOURCE = "previous", "side"  # the sources of a session found by an id
 
 
-def response_id(ref: Any, key: bytes) -> str:
-    name = f"{ref.session_id}/{ref.seq}".encode()
+def response_id(ref: Any, key: bytes, told: bool = True) -> str:
+    name = f"{ref.session_id}/{ref.seq}{'' if told else UNTOLD}".encode()
     mac = _prf(key, b"mac", name)[:MAC_BYTES]
     sealed = mac + _xor(name, _stream(key, mac, len(name)))
     return PREFIX + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
@@ -45,7 +49,7 @@ def _xor(data: bytes, stream: bytes) -> bytes:
     return bytes(a ^ b for a, b in zip(data, stream, strict=False))
 
 
-def _parse(response_id: str, key: bytes) -> tuple[str, int] | None:
+def _parse(response_id: str, key: bytes) -> tuple[str, int, bool] | None:
     if not response_id.startswith(PREFIX) or len(response_id) > 4096:
         return None
     code = response_id[len(PREFIX) :]
@@ -61,6 +65,8 @@ def _parse(response_id: str, key: bytes) -> tuple[str, int] | None:
         session, _, seq = name.decode().rpartition("/")
     except UnicodeDecodeError:
         return None
+    told = not seq.endswith(UNTOLD)
+    seq = seq.removesuffix(UNTOLD)
     # Only ids this install signed reach here; still, a sequence is ASCII digits within a 64-bit
     # column, and a session id holds no control character (PostgreSQL refuses NUL).
     if not (seq.isascii() and seq.isdigit() and len(seq) <= MAX_SEQ_DIGITS):
@@ -68,21 +74,30 @@ def _parse(response_id: str, key: bytes) -> tuple[str, int] | None:
     if not session or len(session) > 1024 or any(ord(c) < 32 for c in session):
         return None
     number = int(seq)
-    return (session, number) if number < 2**63 else None
+    return (session, number, told) if number < 2**63 else None
 
 
-async def history(store: Store, response_id: str, owner: str | None) -> tuple[str, list[dict]]:
-    """The session and neutral history that `response_id` ended: its request, then its answer."""
+async def ours(store: Store, response_id: str) -> bool:
+    """Whether `response_id` is one this install made (whatever it names)."""
+    return _parse(response_id, await hop(store.ids_key)) is not None
+
+
+async def history(
+    store: Store, response_id: str, owner: str | None
+) -> tuple[SessionKey, list[dict]]:
+    """The session that `response_id` ended, told as that exchange's was (`told_id`), and its
+    neutral history: its request, then its answer."""
     found = _parse(response_id, await hop(store.ids_key))
     if found and (owner is None or found[0].startswith(owner + ":")):
-        session, number = found
+        session, number, told = found
         detail = await hop(store.get_exchange, session, number)
         if (
             detail is not None
             and detail.response is not None
             and detail.request.get(NO_STORE) is not False
         ):
-            return found[0], [*detail.request.get("messages", []), detail.response]
+            key = SessionKey(session, CONTINUED if told else UNTOLD_SOURCE, owner)
+            return key, [*detail.request.get("messages", []), detail.response]
     raise BadRequest(
         f"previous_response_id '{response_id[:80]}' is not a stored response of ctxproxy (it "
         "was sent with store: false, failed, belongs to another key, or never existed): "

@@ -24,6 +24,7 @@ from proxy.formats.events import Assembler
 from proxy.formats.groups import Conversion
 from proxy.formats.reminders import fold
 from proxy.formats.toolnames import REMOVED_KEY
+from proxy.sessions.identify import SessionKey
 from proxy.settings import Upstream
 from proxy.upstream import send as up
 from strategies.messages import orjson_exact
@@ -51,7 +52,8 @@ class Codec:
     usage_to_openai: Callable[[Any], dict[str, Any] | None]
     upstream_error: Callable[[int, bytes], dict[str, Any]]
     error_event: Callable[[ProxyError], bytes]
-    answer_id: Callable[[Any, bytes], str] | None = None  # an answer's id: its record, a key
+    # An answer's id: its record, the ids' key, whether its client was told its session.
+    answer_id: Callable[[Any, bytes, bool], str] | None = None
 
 
 class Wire:
@@ -62,6 +64,18 @@ class Wire:
         self.headers = {h: request.headers[h] for h in PASSED_HEADERS if h in request.headers}
         self.fallbacks = fallbacks  # (upstream, api) pairs that answered 404 natively
         self.native = False
+        # The session a Responses previous_response_id named, its history carried from the store
+        # (told as the exchange it ended was); whether this exchange's client is told its own.
+        self.continued: SessionKey | None = None
+        self.told = True
+        self.passed = False  # observed: the client's own bytes went to the upstream's own API
+
+    def session(self, key: SessionKey) -> SessionKey:
+        """The session: one the client named itself, else the one its previous_response_id
+        continues, else `key` (found by its body or fingerprint)."""
+        if self.continued is None or key.source in ("header", "path"):
+            return key
+        return self.continued
 
     def body(self) -> dict[str, Any]:
         return {**self.conversion.body, API_KEY: self.codec.api}
@@ -159,8 +173,11 @@ class Wire:
     ) -> Response:
         headers = {**up.response_headers(r), **headers}
         headers.pop("content-type", None)
-        if exchange.ref is not None and self.codec.answer_id is not None:
-            self.conversion.answer_id = self.codec.answer_id(exchange.ref, exchange.store.ids_key())
+        # An observed answer from the upstream's own API keeps the upstream's id, which the
+        # client's next request names to it (previous_response_id) byte for byte.
+        if exchange.ref is not None and self.codec.answer_id is not None and not self.passed:
+            ids_key = exchange.store.ids_key()
+            self.conversion.answer_id = self.codec.answer_id(exchange.ref, ids_key, self.told)
         if stream and r.status_code < 400 and up.is_event_stream(r):
             headers |= exchange.timing_header()
             return Streamed(

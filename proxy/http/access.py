@@ -16,7 +16,8 @@ from fastapi import Depends, Request
 
 from proxy.errors import Forbidden, NotFound, Unauthorized
 from proxy.http.deps import ServicesDep, basic_password, key_matches
-from proxy.sessions.owners import bearer_token, key_id
+from proxy.sessions.owners import bearer_token, client_token, key_id
+from proxy.settings import Settings
 
 FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
 
@@ -52,6 +53,14 @@ def is_loopback(host: str | None) -> bool:
 def direct_loopback(request: Request) -> bool:
     forwarded = any(h in request.headers for h in FORWARDING_HEADERS)
     return not forwarded and is_loopback(request.client.host if request.client else None)
+
+
+def is_operator(request: Request, settings: Settings) -> bool:
+    """Whether a client request comes from the operator: with the admin key (as its client
+    key), or, with no keys configured, directly over loopback."""
+    if settings.admin_key is not None:
+        return key_matches(client_token(request), [settings.admin_key])
+    return not settings.api_keys and direct_loopback(request)
 
 
 def audit_viewer(request: Request, services: ServicesDep) -> Viewer:

@@ -12,6 +12,9 @@ from fastapi import Request, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from proxy.exchange.observing import HEADER as MODE_HEADER
+from proxy.exchange.observing import OPERATOR
+from proxy.http.access import is_operator
 from proxy.http.deps import json_body, require_client_key
 
 # (request, the JSON body, the app's services, the session named in the path or None)
@@ -30,6 +33,8 @@ def plain_routes(paths: Sequence[str], handler: Handler) -> list[Route]:
     async def endpoint(request: Request) -> Response:
         services = request.app.state.services
         require_client_key(request, services)
+        if MODE_HEADER in request.headers:  # whether it may choose the mode (observing.py)
+            request.scope[OPERATOR] = is_operator(request, services.settings)
         body = await json_body(request, services)
         return await handler(request, body, services, request.path_params.get("session"))
 

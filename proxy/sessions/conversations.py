@@ -277,11 +277,21 @@ class Conversations:
             self.where[h] = holders.pop()
 
 
-def told(key: SessionKey) -> dict[str, str]:
-    """The X-Ctxproxy-Session header for a request placed as `key` (see the module)."""
+def told_id(key: SessionKey) -> str | None:
+    """The session id a request placed as `key` may be told, or None: the one way a session id
+    leaves ctxproxy in an answer (header, body, a response id's continuation, an error).
+
+    A side request is told only with a client key, which it shares with the session; without
+    keys a stranger quoting a conversation learns nothing of it (see the module)."""
     if key.source == "side" and key.owner is None:
-        return {}  # a stranger quoting a conversation learns nothing of it
-    return {"x-ctxproxy-session": key.id}
+        return None
+    return key.id
+
+
+def told(key: SessionKey) -> dict[str, str]:
+    """The X-Ctxproxy-Session header for a request placed as `key`, where it may be told."""
+    session = told_id(key)
+    return {} if session is None else {"x-ctxproxy-session": session}
 
 
 class Read(NamedTuple):
