@@ -42,11 +42,14 @@ async def create_response(
     session = session or request.headers.get("session_id")
     wire = Wire(RESPONSES, conversion, request, services.wire_fallbacks)
     earlier = body.get("previous_response_id")
-    if isinstance(earlier, str) and not await _upstreams_own(request, services, wire, earlier):
+    theirs = isinstance(earlier, str) and await _upstreams_own(request, services, wire, earlier)
+    if isinstance(earlier, str) and not theirs:
         owner = client_key_id(request, services.settings.api_keys)
         wire.continued, history = await previous.history(services.store, earlier, owner)
         wire.conversion = _carried(conversion, body, history)
     body = wire.body()
+    if theirs:  # the record says which of the upstream's answers this turn continues
+        body[previous.UPSTREAM_PREVIOUS] = earlier
     if wire.conversion.raw.get("store") is False:
         body[previous.NO_STORE] = False
     return await exchange.run(request, body, services, session, wire)

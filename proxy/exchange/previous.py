@@ -24,6 +24,8 @@ from proxy.store import Store
 PREFIX = "resp_"
 MAX_SEQ_DIGITS = 19  # 2^63 - 1 has 19
 NO_STORE = "ctxproxy_store"  # in the stored request when the client sent store: false
+# In the stored request of an observed turn continued from an id the upstream made.
+UPSTREAM_PREVIOUS = "ctxproxy_upstream_previous_response_id"
 MAC_BYTES = 16
 UNTOLD = "~"  # after the sequence: the exchange's client was not told its session
 CONTINUED, UNTOLD_SOURCE = "previous", "side"  # the sources of a session found by an id

@@ -40,7 +40,11 @@ def test_observed_responses_conversation_keeps_the_upstreams_ids(
         second_raw = json.dumps(body | {"input": "And then?"}, indent=3).encode()
         second = client.post(RESPONSES, content=second_raw, headers=OBSERVE)
         assert second.status_code == 200, second.text
+        session = second.headers["x-ctxproxy-session"]
+        detail = client.get(f"/sessions/{session}/exchanges/1").json()
     assert [s for _, s in seen] == [first_raw, second_raw]
+    # The record keeps the upstream's id the turn continued
+    assert detail["request"]["ctxproxy_upstream_previous_response_id"] == "resp_1"
 
 
 def test_observed_turn_continued_from_ctxproxys_own_id_carries_the_conversation(
