@@ -172,6 +172,9 @@ class Settings(BaseSettings):
     # observe: the upstream gets each request as the client sent it; ctxproxy records the view
     # it would have sent (a request's X-Ctxproxy-Mode header chooses for that request).
     mode: Literal["compact", "observe"] = "compact"
+    # The HTTP client behind each upstream's pool (upstream/pools.py's client_for): aiohttp's, or
+    # for comparison a fresh connection per request, or httpx's own, with or without checks.
+    upstream_client: Literal["aiohttp", "aiohttp-fresh", "httpx", "httpx-plain"] = "aiohttp"
 
     @classmethod
     def settings_customise_sources(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import select
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -99,6 +100,7 @@ class Loop:
         self.engine = engine
         self.idle: list[Connection] = []
         self.made = 0  # connections kept, idle or in use, or being made
+        self._counting = threading.Lock()  # `made` changes on the loop and on worker threads
         self.prepared: dict[int, dict[tuple[bytes, tuple[int, ...]], bytes]] = {}
 
     async def transaction(self, work: Callable[[Batch], T], flush: bool = True) -> T:
@@ -180,8 +182,10 @@ class Loop:
             if _usable(raw):
                 return conn
             self._drop(conn)
-        if self.made < KEEP:
-            self.made += 1
+        with self._counting:
+            making = self.made < KEEP
+            self.made += making
+        if making:
             offload.soon(self._make)
         raise offload.WouldWait("no connection kept for the loop yet")
 
@@ -189,13 +193,15 @@ class Loop:
         try:
             conn = self.engine.connect()
         except BaseException:
-            self.made -= 1
+            with self._counting:
+                self.made -= 1
             raise
         self.idle.append(conn)
 
     def _drop(self, conn: Connection) -> None:
         """Close a connection that failed or is dead: the server ends what it left open."""
-        self.made -= 1
+        with self._counting:
+            self.made -= 1
         self.prepared.pop(id(conn.connection.dbapi_connection), None)
         conn.invalidate()
         conn.close()

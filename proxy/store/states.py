@@ -149,6 +149,11 @@ def _guard(n: int) -> Any:
     )
 
 
+def refused(exc: Exception) -> bool:
+    """Whether a write failed on its guard's refusal (the guard's division by zero)."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) == "22012"
+
+
 def first_probe(session_id: str, chain: Sequence[str]) -> tuple[Any, dict[str, Any]] | None:
     """load's first query, which finds a continuing session's state (None: load asks none)."""
     first = next(iter(history.probes(len(chain))), None)
