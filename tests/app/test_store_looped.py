@@ -257,3 +257,29 @@ def test_an_answer_larger_than_the_sockets_buffer_is_recorded_from_the_loop(
     asyncio.run(run())
     last = store.get_history("s1")
     assert last is not None and [m.message for m in last.messages] == [SYSTEM, user("one"), big]
+
+
+def test_a_continuing_small_turn_takes_no_thread_hop(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opened, its progress saved and closed from the loop: no step falls back to a thread."""
+    from proxy import offload
+
+    hops: list[str] = []
+    real = offload.hop
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return await real(fn, *args, **kwargs)
+
+    async def run() -> OpenTurn:
+        await kept(store)
+        history = [SYSTEM, user("one")]
+        await turn(store, history, assistant("two"), decided=decided(history))
+        history = [*history, assistant("two"), user("three")]
+        monkeypatch.setattr(offload, "hop", counted)
+        return await turn(store, history, assistant("four"), decided=decided(history))
+
+    opened = asyncio.run(run())
+    assert opened.path.name == "pg-pipelined-recorded"
+    assert hops == []
