@@ -302,7 +302,7 @@ def statement(kind: str, table: Table, dialect: str, build: Callable[[], Any]) -
     key = (kind, table.name, dialect)
     found = _STATEMENTS.get(key)
     if found is None:
-        found = _STATEMENTS[key] = direct.hot(build())
+        found = _STATEMENTS[key] = direct.reusable(build())
     return found
 
 

@@ -139,7 +139,7 @@ def guard(
 def _guard(n: int) -> Any:
     newest = _latest_state(n).subquery()
     found = select(literal_column("1 / count(*)", Integer)).select_from(newest)
-    return direct.hot(
+    return direct.reusable(
         found.where(
             newest.c.exchange_id == bindparam("guard_x", type_=newest.c.exchange_id.type),
             newest.c.prompt_tokens.is_not_distinct_from(
@@ -164,7 +164,7 @@ def first_probe(session_id: str, chain: Sequence[str]) -> tuple[Any, dict[str, A
 def _latest_state(n: int) -> Any:
     """Built once per list length (building costs more than running it): rows, not ORM
     objects."""
-    return direct.hot(
+    return direct.reusable(
         select(*ViewStateRow.__table__.c, ExchangeRow.prompt_tokens)
         .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
         .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
@@ -177,7 +177,7 @@ def _latest_state(n: int) -> Any:
 @cache
 def _any_state() -> Any:
     where = ViewStateRow.session_id == bindparam("sid")
-    return direct.hot(select(ViewStateRow.exchange_id).where(where).limit(1))
+    return direct.reusable(select(ViewStateRow.exchange_id).where(where).limit(1))
 
 
 def _decode(s: Executor, stored: Any) -> ViewState:

@@ -175,7 +175,7 @@ def _tries(
 def committed() -> Any:
     """The exchange a continuing turn's earlier try committed, if it did."""
     x, e = _table(ExchangeRow), _table(EntryRow)
-    return direct.hot(
+    return direct.reusable(
         select(x.c.id, x.c.seq, x.c.leaf_entry_id, x.c.new_messages)
         .join(e, e.c.id == x.c.leaf_entry_id)
         .where(
@@ -242,7 +242,7 @@ def advance() -> Any:
     columns = [e.c.session_id, e.c.parent_id, *(e.c[c] for c in history.ROW_COLUMNS)]
     rows = select(counted.c.id, parent.c.id, *given)
     ins = postgresql.insert(e).from_select(columns, rows, include_defaults=False)
-    return direct.hot(ins.on_conflict_do_nothing().returning(e.c.id))
+    return direct.reusable(ins.on_conflict_do_nothing().returning(e.c.id))
 
 
 STATE_GIVEN = tuple(
@@ -297,4 +297,4 @@ def open_exchange(names: tuple[str, ...], stated: bool, referenced: bool) -> Any
         refs = select(opened.c.id, hashes)
         ins = postgresql.insert(r).from_select([r.c.exchange_id, r.c.message_hash], refs)
         out = out.add_cte(ins.on_conflict_do_nothing().cte("referenced"))
-    return direct.hot(out)
+    return direct.reusable(out)
