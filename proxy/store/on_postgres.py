@@ -53,7 +53,7 @@ class PostgresTurns(Turns):
         """Whether the history extends one this process stored by a message: the one-trip way
         records it."""
         chain = history.prefix_chain(hashes) if len(hashes) >= 2 else []
-        return bool(chain) and (session_id, chain[-2]) in self.store._known
+        return bool(chain) and (session_id, chain[-2]) in self.store._stored
 
     async def _open_pipelined(self, turn: Turn, build: Build, hashes: list[str]) -> OpenTurn:
         store, sid = self.store, turn.session_id
@@ -88,7 +88,7 @@ class PostgresTurns(Turns):
             row = rec.row(utcnow())
             ref = await turn.continue_looped(self.loop, store._writer, row, *rec.turn)
             if ref is not None:
-                store._known.add(new.session_id, *rec.chain[-2:])
+                store._stored.add(new.session_id, *rec.chain[-2:])
                 return store._opened(ref, new)
         return await offload.hop(store._record_anew, new, rec)
 
@@ -114,7 +114,7 @@ class PostgresTurns(Turns):
             return None
         if ref is None:
             return None
-        store._known.add(new.session_id, *rec.chain[-2:])
+        store._stored.add(new.session_id, *rec.chain[-2:])
         return store._opened(ref, new)
 
     async def close(self, opened: OpenTurn, answer: Answer, expected: bool) -> None:

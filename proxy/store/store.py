@@ -78,7 +78,7 @@ class Store:
         self._priors = priors.Priors()
         # Histories stored: a request extending one by a message takes PostgreSQL's one-trip
         # way, and on either database needs no look-up of how much of it is stored ahead.
-        self._known = turn.Known(turn.KNOWN)
+        self._stored = turn.Stored(turn.STORED_MAX)
         self.instance: str | None = None  # this process's InstanceRow id, once registered
         self._ids_key: bytes | None = None
         # Exchanges answered whose finish is still being written, by session (expect_finish).
@@ -155,7 +155,8 @@ class Store:
         if self._pg and rec.continuing and not rec.before:  # one round trip (turn.py)
             ref = turn.continue_history(self._writer, rec.row(utcnow()), *rec.turn)
             if ref is not None:
-                self._known.add(new.session_id, *rec.chain[-2:])  # a resend, a sibling, a next turn
+                # a resend, a sibling, a next turn
+                self._stored.add(new.session_id, *rec.chain[-2:])
                 return self._opened(ref, new)
         return self._record_anew(new, rec)
 
@@ -177,8 +178,8 @@ class Store:
         # one (a turn that branched from the answer), has nothing to store ahead and is found
         # by its last few prefixes: no look-up of a long history.
         sid = new.session_id
-        continuing = len(raw) >= 2 and (sid, chain[-2]) in self._known
-        near = continuing or any((sid, c) in self._known for c in chain[-NEAR:])
+        continuing = len(raw) >= 2 and (sid, chain[-2]) in self._stored
+        near = continuing or any((sid, c) in self._stored for c in chain[-NEAR:])
         before = 0 if near else ahead.store_ahead(self._writer, head, messages, raw, chain)
         return Recording(new, self.instance, raw, chain, view, rewritten, before, continuing, near)
 
@@ -212,7 +213,7 @@ class Store:
             return RequestRef(session_id, seq, exchange_id, leaf, added, len(raw) - 1, chain[-1])
 
         ref = self._writer.run_core(work, flush=False)
-        self._known.add(session_id, *chain[-2:])
+        self._stored.add(session_id, *chain[-2:])
         return self._opened(ref, new)
 
     def replace_compiled(
@@ -281,7 +282,7 @@ class Store:
         if expected:
             self._settled(ref.session_id)
         for prefix in finishing.stored:
-            self._known.add(ref.session_id, prefix)
+            self._stored.add(ref.session_id, prefix)
 
     def expect_finish(self, session_id: str) -> None:
         """An exchange's finish is written after its answer was sent (`expected=True`): until

@@ -40,16 +40,16 @@ from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, SessionRow, V
 from proxy.store.request import NewRequest
 from proxy.store.views import RequestRef
 
-KNOWN = 2048  # histories remembered as stored (~250 bytes each)
+STORED_MAX = 2048  # histories remembered as stored (~250 bytes each)
 
 
-class Known:
+class Stored:
     """Histories this process stored, as (session, prefix hash of their last entry), the newest
-    KNOWN kept: a request extending one by a message takes the one-trip way; any other (a new
+    STORED_MAX kept: a request extending one by a message takes the one-trip way; any other (a new
     session, a branch, a session last written by another process) goes the general way at
     once rather than after a try. Only a hint: a history deleted since fails the try."""
 
-    def __init__(self, size: int = KNOWN) -> None:
+    def __init__(self, size: int = STORED_MAX) -> None:
         self._size = size
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._lock = threading.Lock()
@@ -73,7 +73,7 @@ def _table(model: type[Any]) -> Table:
 
 
 @dataclass(frozen=True)
-class Opened:
+class Statements:
     """The rows of a continuing turn's statements, read once its transaction committed."""
 
     advanced: Pending | looped.Sent
@@ -146,14 +146,14 @@ def _tries(
     chain: Sequence[str],
     rewritten: dict[str, dict[str, Any]],
     guard: tuple[Any, dict[str, Any]] | None,
-) -> Callable[[Direct | looped.Batch], Opened | Done]:
+) -> Callable[[Direct | looped.Batch], Statements | Done]:
     """The turn's work, run until one try commits. A try whose connection was lost once
     COMMIT was sent may have committed: the next looks for its exchange first (by its
     session, its leaf and its created_at, this call's own), so that nothing is recorded
     twice."""
     tries: list[bool] = []
 
-    def work(conn: Direct | looped.Batch) -> Opened | Done:
+    def work(conn: Direct | looped.Batch) -> Statements | Done:
         if tries:
             params = {"sid": row["session_id"], "now": row["created_at"], "leaf": chain[-1]}
             found = conn.execute(committed(), params).first()
@@ -193,7 +193,7 @@ def record(
     hashes: Sequence[str],
     chain: Sequence[str],
     rewritten: dict[str, dict[str, Any]],
-) -> Opened:
+) -> Statements:
     """Send a continuing turn's statements: `row` the exchange's columns (record_request's),
     `rewritten` the view's rewritten messages by hash."""
     now, session_id = row["created_at"], row["session_id"]
@@ -216,7 +216,7 @@ def record(
         params["refs"] = refs
     names = tuple(row)
     opened = conn.send(open_exchange(names, new.decided is not None, bool(refs)), params)
-    return Opened(advanced, opened, session_id, len(hashes) - 1, chain[-1])
+    return Statements(advanced, opened, session_id, len(hashes) - 1, chain[-1])
 
 
 @cache
