@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy.exc import DataError
-
 from proxy import offload, sizes
 from proxy.store import history, looped, states, turn, writes
 from proxy.store.digest import hash_messages
@@ -103,16 +101,11 @@ class PostgresTurns(Turns):
         prior = cached.prior
         guard = states.guard(new.session_id, rec.chain, cached.exchange_id, prior.prompt_tokens)
         row = rec.row(utcnow())
-        try:
-            ref = await turn.continue_looped(
-                self.loop, store._writer, row, new, rec.raw, rec.chain, rec.rewritten, guard
-            )
-        except DataError as exc:
-            if not states.refused(exc):
-                raise
+        ref = await turn.continue_looped(
+            self.loop, store._writer, row, new, rec.raw, rec.chain, rec.rewritten, guard
+        )
+        if ref is None:  # a newer state stored since (or the history's parent gone)
             store._priors.forget(cached.exchange_id, new.session_id)
-            return None
-        if ref is None:
             return None
         store._stored.add(new.session_id, *rec.chain[-2:])
         return store._opened(ref, new)
