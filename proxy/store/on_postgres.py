@@ -81,7 +81,7 @@ class PostgresTurns(Turns):
     async def _record(self, new: NewRequest) -> RequestRef:
         """A continuing turn's round trip waited for on the loop; any other on a thread."""
         store = self.store
-        rec = store._recording(new)  # stores nothing ahead under AHEAD_FROM messages
+        rec = store._store_ahead(new)  # stores nothing ahead under AHEAD_FROM messages
         if rec.continuing:
             row = rec.row(utcnow())
             ref = await turn.continue_looped(self.loop, store._writer, row, *rec.turn)
@@ -95,7 +95,7 @@ class PostgresTurns(Turns):
         it is the state a read would have found; None, with nothing recorded, where it is not
         (or where the turn does not continue a history stored by this process)."""
         store = self.store
-        rec = store._recording(new)
+        rec = store._store_ahead(new)
         if not rec.continuing:
             return None
         prior = cached.prior

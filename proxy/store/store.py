@@ -151,7 +151,7 @@ class Store:
         """Store a request's history and open its exchange, committed before this returns. On
         PostgreSQL the commit does not wait for the disk (the upstream call waits for it): the
         writes of its answer (save_progress, finish_exchange) do, and flush it with them."""
-        rec = self._recording(new)
+        rec = self._store_ahead(new)
         if self._pg and rec.continuing and not rec.before:  # one round trip (turn.py)
             ref = turn.continue_history(self._writer, rec.row(utcnow()), *rec.turn)
             if ref is not None:
@@ -165,7 +165,9 @@ class Store:
             self._priors.opened(ref.exchange_id, ref.session_id, ref.leaf_prefix, new.decided)
         return ref
 
-    def _recording(self, new: NewRequest) -> Recording:
+    def _store_ahead(self, new: NewRequest) -> Recording:
+        """What recording `new` needs; a long new tail is stored ahead first, in transactions
+        of its own (ahead.py), committed before this returns."""
         messages = new.messages
         if not messages:
             raise ValueError("a request needs at least one message")

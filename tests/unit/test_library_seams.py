@@ -35,8 +35,16 @@ def test_a_statement_built_once_is_sent_directly_on_both_dialects() -> None:
     assert direct.prepare(built_per_call, sqlite.dialect(), ()) is None
 
 
-def test_psycopg_has_the_async_pipeline() -> None:
-    import psycopg
+def test_psycopg_binds_a_statement_as_the_loop_sends_it() -> None:
+    """store/looped.py: psycopg._queries.PostgresQuery turns a statement and its parameters into
+    what libpq's send_query_params and send_query_prepared take."""
+    from psycopg import pq
+    from psycopg._queries import PostgresQuery
+    from psycopg.adapt import Transformer
 
-    assert hasattr(psycopg.AsyncConnection, "pipeline")
-    assert hasattr(psycopg.AsyncCursor, "execute")
+    query = PostgresQuery(Transformer())
+    query.convert("SELECT %(a)s::int, %(b)s::text", {"a": 1, "b": "x"})
+    assert query.query == b"SELECT $1::int, $2::text"
+    assert query.params is not None and len(query.params) == 2
+    assert query.types is not None and len(query.types) == 2
+    assert query.formats is not None and all(isinstance(f, pq.Format) for f in query.formats)
