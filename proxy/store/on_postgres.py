@@ -7,7 +7,7 @@ that must be read before COMMIT, a failure), its step runs again on a thread."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy import offload, sizes
 from proxy.store import history, looped, states, turn, writes
@@ -19,20 +19,23 @@ from proxy.store.recording import Finishing
 from proxy.store.request import Answer, NewRequest
 from proxy.store.views import RequestRef
 
+if TYPE_CHECKING:  # it builds this backend
+    from proxy.store.store import Store
+
 # A small continuing turn compiled from the state this process recorded last: the check that it
 # is still the newest and the record go in one round trip (priors.py).
-RECORDED_STATE = Path("pg-pipelined-recorded", True, True)
+RECORDED_STATE = Path("pg-pipelined-recorded", on_loop=True, answer_on_loop=True)
 # A small continuing turn whose state is read first: two round trips, both from the loop.
-READ_STATE = Path("pg-pipelined", True, True)
+READ_STATE = Path("pg-pipelined", on_loop=True, answer_on_loop=True)
 # A small request that continues no history stored here (a new session, a branch): several round
 # trips, on a thread; its answer's record from the loop.
-THREAD_OPEN = Path("pg-thread-open", False, True)
+THREAD_OPEN = Path("pg-thread-open", on_loop=False, answer_on_loop=True)
 # A large request: every step on a thread.
-THREAD = Path("pg-thread", False, False)
+THREAD = Path("pg-thread", on_loop=False, answer_on_loop=False)
 
 
 class PostgresTurns(Turns):
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         super().__init__(store)
         self.loop = looped.Loop(store.engine)
 
