@@ -69,7 +69,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         await hop(store.ids_key)  # read once here, off the answers' path
         liveness = Liveness(store)
         await hop(liveness.start)
-        pools = transport or UpstreamPools(settings.upstreams)
+        pools = transport or UpstreamPools(settings.upstreams, settings.upstream_client)
         try:
             async with UpstreamClient(pools) as client:
                 app.state.services = Services(

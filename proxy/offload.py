@@ -2,17 +2,16 @@
 on the loop where it is short and waits for nothing.
 
 Starlette's `run_in_threadpool` goes through anyio (a capacity limiter, a cancel scope, the
-async library looked up) and cost about a quarter of a millisecond a hop on the hot path, which
-takes two or three hops a request. The same promises here: the caller's context variables go
+async library looked up), which costs more than the short work a hop carries on the hot path.
+The same promises here: the caller's context variables go
 with the work, at most `THREADS` run at once (anyio's default), and a caller cancelled while its
 work runs still waits for it to end before the cancellation goes on, so nothing the thread
 writes lands after its caller has given up on it.
 
-A hop is not free either: a turn's two hops cost a continuing 8k turn half a millisecond, and at
-16 clients the worker threads and the loop took turns at the GIL (288 requests/s with hops, 432
-without). Work known to be short (a small request's store and compile on SQLite) runs on the
-loop through `run(True, ...)`; where it would wait after all (a lock another thread holds),
-it raises `WouldWait` before it changed anything and goes to a thread."""
+A hop is not free either: it costs a loop turn, and at many clients the worker threads and the
+loop take turns at the GIL. Work the store knows to be short (store/paths.py) runs on the loop
+through `run(True, ...)`; where it would wait after all (a lock another thread holds), it
+raises `WouldWait` before it changed anything and goes to a thread."""
 
 from __future__ import annotations
 

@@ -175,6 +175,9 @@ class Settings(BaseSettings):
     # Who may choose the mode per request by X-Ctxproxy-Mode: `admin`, the operator only (the
     # admin key; with no keys at all, a client connected directly over loopback), or `clients`.
     mode_switch: Literal["admin", "clients"] = "admin"
+    # The HTTP client behind each upstream's pool (upstream/pools.py's client_for): aiohttp's, or
+    # for comparison a fresh connection per request, or httpx's own, with or without checks.
+    upstream_client: Literal["aiohttp", "aiohttp-fresh", "httpx", "httpx-plain"] = "aiohttp"
 
     @classmethod
     def settings_customise_sources(

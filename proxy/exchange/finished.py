@@ -47,6 +47,7 @@ def exchange_finished(
         tools_removed=list(exchange.tools_removed),
         observed=exchange.observed,
         cache=exchange.cache,
+        path=exchange.timing.path,
     )
     services = exchange.services
     observe(services.metrics, x, log_content=services.settings.log_content)

@@ -17,6 +17,7 @@ import httpx
 from fastapi import Request, Response
 from starlette.types import Receive, Scope, Send
 
+from proxy import sizes
 from proxy.compile.view import (
     Compiled,
     asked_tokens,
@@ -50,20 +51,6 @@ if TYPE_CHECKING:  # both import this module
 
 log = logging.getLogger("ctxproxy.exchange")
 T = TypeVar("T")
-# A history this long fills no cache (strategies/budget.py's `transient`): its millions of small
-# objects, kept here and there by a cache, would pin their heap's pages long after the request.
-TRANSIENT_MESSAGES = 20_000
-# A request up to this long is stored and compiled on the event loop (on SQLite; on PostgreSQL
-# compiled there, the store's round trips waited for there): ~1 ms for a continuing turn, a few
-# for a new session, where a thread hop costs a few tenths and, at many clients, turns at the
-# GIL with the loop. A body of unknown length (none read) is not.
-HERE_BYTES = 64 * 1024
-# So is a longer Messages or Responses request whose new part is that short (an agent's next
-# turn: its ~150 KB of system prompt and tools known, hashed, counted and stored before; what
-# is left of the work on the rest is orjson's and memcmp's), up to this long and this many
-# messages (past them the work on what is known alone would keep the loop too long).
-HERE_KNOWN_BYTES = 1 << 20
-HERE_KNOWN_MESSAGES = 500
 
 
 async def run(
@@ -79,7 +66,7 @@ async def run(
     completions is forwarded and answered; `body` is then its neutral form."""
     timing = Timing(time.monotonic())
     messages = body.get("messages")
-    many = isinstance(messages, list) and len(messages) >= TRANSIENT_MESSAGES
+    many = isinstance(messages, list) and len(messages) >= sizes.TRANSIENT_MESSAGES
     try:
         with transient() if many else nullcontext():
             return await _exchange(request, body, services, session, wire, timing)
@@ -108,13 +95,6 @@ async def _exchange(
     if upstream is None:
         raise ModelNotFound(chat.model)
     exchange = Exchange(services, timing, upstream.name, chat.model)
-    small = len(request.scope.get(RAW_BODY, b"")) <= HERE_BYTES
-    local = services.store.local
-    exchange.small, exchange.here = small, small and local
-    exchange.opens_here = exchange.here or (local and _known(request, body, wire))
-    # PostgreSQL's loop way only for a small body: a Claude-shaped turn's (170 KB, however
-    # little of it is new) answer record was slower there than on a thread.
-    exchange.looped = small and services.store.looped
     exchange.observed = observed
     owner = client_key_id(request, services.settings.api_keys)
     key = identify(request.headers.get("x-session-id"), session, body, owner)
@@ -128,8 +108,9 @@ async def _exchange(
     counted = recall.with_tool(sendable) if offered else sendable
     factor = services.calibration.factor(upstream.name, chat.model)
     try:
+        bodies = (body, sendable, counted)
         compiled = await exchange.open(
-            key, (body, sendable, counted), upstream, window, factor, later=True
+            key, bodies, upstream, window, factor, _sizes(request, wire), record_during_send=True
         )
     except ContextLengthExceeded as exc:
         with timing.span("store"):
@@ -169,14 +150,12 @@ async def _exchange(
     return Recorded(answer, exchange)
 
 
-def _known(request: Request, body: dict[str, Any], wire: Wire | None) -> bool:
-    """Whether a longer exchange's store and compile are short work all the same (see
-    HERE_KNOWN_BYTES)."""
-    size = len(request.scope.get(RAW_BODY, b""))
+def _sizes(request: Request, wire: Wire | None) -> tuple[int | None, int | None]:
+    """The body's bytes as read (None: not read whole) and those no earlier request held (an
+    agent's next turn, where its wire knows): the store chooses the turn's path by them."""
+    raw = request.scope.get(RAW_BODY)
     unseen = wire.conversion.unseen if wire is not None else None
-    if unseen is None or unseen > HERE_BYTES or size > HERE_KNOWN_BYTES:
-        return False
-    return len(body["messages"]) <= HERE_KNOWN_MESSAGES
+    return (None if raw is None else len(raw)), unseen
 
 
 async def _forward(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from proxy import sizes
 from proxy.errors import BadRequest
 from strategies.invariants import PairingFault, pairing_faults
 from strategies.prefix import PrefixMemo
@@ -14,7 +15,6 @@ from strategies.repair import repair_pairing
 # clean (no fault so far). A turn then scans only from the tool-call group open at the end of
 # the longest such prefix; False (a fault somewhere) is only ever a reason to scan it all.
 _CLEAN: PrefixMemo[bool] = PrefixMemo("pairing.clean", value_bytes=8)
-MEMO_FROM = 64  # messages: a shorter history is scanned for less than the memo's lookup costs
 
 
 class InvalidToolPairing(BadRequest):
@@ -57,7 +57,7 @@ def apply_policy(body: dict[str, Any], policy: str) -> dict[str, Any]:
 def faults_of(messages: list[Any]) -> list[PairingFault]:
     """pairing_faults(messages), for a resent history from the group its clean prefix left
     open: the same faults, in the same order."""
-    if len(messages) < MEMO_FROM:
+    if len(messages) < sizes.MEMO_FROM_MESSAGES:
         return pairing_faults(messages)
     found: list[list[PairingFault]] = []
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy import sizes
 from proxy.exchange import pairing
 from proxy.exchange.privacy import without_identity
 from proxy.formats.chat import ChatHead, chat_head
 from proxy.offload import hop
 from proxy.sessions import conversations
-
-# Up to this many messages the checks take well under a millisecond: the thread hop would cost
-# more than it saves.
-OFF_LOOP_MESSAGES = 500
 
 
 async def prepare(
@@ -22,7 +19,7 @@ async def prepare(
     """(what the exchange needs of the request, the body to compile and forward); the client's
     identity fields go only with `identity` (they still name the session, from `body`)."""
     messages = body.get("messages")
-    if isinstance(messages, list) and len(messages) > OFF_LOOP_MESSAGES:
+    if isinstance(messages, list) and len(messages) > sizes.PREPARE_OFF_LOOP_MESSAGES:
         return await hop(_checked_ahead, body, policy, identity)
     return _checked(body, policy, identity)
 

@@ -5,14 +5,12 @@ need, which the steps of steps.py fill in."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from proxy import offload
 from proxy.compile.calibrate import Opened
 from proxy.compile.view import Compiled, compile_request
 from proxy.errors import ContextLengthExceeded
@@ -26,7 +24,8 @@ from proxy.offload import hop
 from proxy.recall.followed import mark_rereads
 from proxy.sessions.identify import SessionKey
 from proxy.store import RequestRef
-from proxy.store.request import NewRequest
+from proxy.store.paths import Build, OpenTurn, Turn
+from proxy.store.request import Answer, NewRequest
 from proxy.store.states import Decisions, Prior
 from proxy.upstream.aiotransport import ON_SENT
 
@@ -60,19 +59,10 @@ class Recorder:
         # Set once the answer is ready to go: its record is written after its bytes (flush).
         self.deferring = False
         self.watch: Watch | None = None  # the client watched for a disconnect, while it is
-        # Whether its store and compile run on the event loop: short work (a small request on
-        # SQLite), which a thread hop would cost more than it takes (offload.py). `looped`: a
-        # small request on PostgreSQL, its store's round trips waited for on the loop (the
-        # record of a turn the one-trip way takes, its answer's record and progress).
-        self.small = self.here = self.looped = False
-        # Whether its open (store and compile, the request's record) runs there: also a long
-        # agent turn's whose new part is short (lifecycle._known); its answer's record stays
-        # off the loop, where it overlaps the client's next request instead of delaying it.
-        self.opens_here = False
-        self._pending: list[dict[str, Any]] = []  # finishes' fields, to be written
-        # The request's record when open() left it to be written while the upstream works
-        # (`alongside`), and that write once it is under way.
-        self._unwritten: NewRequest | None = None
+        self.turn: OpenTurn | None = None  # as the store opened it, on the path it chose
+        self._pending: list[Answer] = []  # answers to be recorded once their bytes are sent
+        # The request's record, when the store left it to be written while the upstream works
+        # (`alongside`), once that write is under way.
         self._recording: asyncio.Future[None] | None = None
         self._sending = False  # whether that write runs while the view goes upstream
         self._out: asyncio.Event | None = None  # set once the view is out: the write may start
@@ -85,12 +75,21 @@ class Recorder:
         """Server-Timing as of now: sent with the answer's head."""
         return {"server-timing": self.timing.header()}
 
+    async def _open_turn(self, turn: Turn, build: Build) -> None:
+        with self.timing.span("store"):
+            self.turn = await self.store.open_turn(turn, build)
+        self.ref = self.turn.ref
+        self.timing.path = self.turn.path.name
+
+    def _unwritten(self) -> bool:
+        return self.turn is not None and self.turn.unwritten is not None
+
     async def alongside(self, sending: Awaitable[httpx.Response]) -> httpx.Response:
         """`sending` (the view on its way upstream) while the request's record is written, in a
         task of its own: on the loop it runs once the request is out, while the upstream works.
         The answer is handed on only once its request is recorded; a failed send still waits
         for the record (finish closes it), a failed record refuses the answer."""
-        if self._unwritten is None:
+        if not self._unwritten():
             return await sending
         self._out = out = asyncio.Event()  # set once the request's bytes are written
         self._recording, self._sending = asyncio.ensure_future(self._write(out)), True
@@ -111,7 +110,7 @@ class Recorder:
         """The request's record written, if open() left it for later: at once where nothing
         was sent (an error first), else the write under way awaited."""
         if self._recording is None:
-            if self._unwritten is None:
+            if not self._unwritten():
                 return
             self._recording = asyncio.ensure_future(self._write())
         if self._out is not None:  # the send is over (a failed one's finish is why we are here)
@@ -119,12 +118,11 @@ class Recorder:
         await asyncio.shield(self._recording)
 
     async def _write(self, out: asyncio.Event | None = None) -> None:
-        new, self._unwritten = self._unwritten, None
-        assert new is not None
+        assert self.turn is not None
         if out is not None:  # on the loop, it would hold the request back
             await out.wait()
         with self.timing.span("store", within="upstream" if self._sending else None):
-            self.ref = await offload.run(self.opens_here, self.store.record_request, new)
+            self.ref = await self.store.record_turn(self.turn)
         if self.rounds is not None:  # built before the record was written
             self.rounds.ref = self.ref
 
@@ -148,7 +146,9 @@ class Recorder:
             )
             self.refused = compiled
         new = self._new_request(key, body, upstream, compiled)
-        self.ref = await hop(self.store.record_request, new)
+        # Rare: recorded on a thread (no size given), as any long request.
+        turn = Turn(key.id, body["messages"], None, hashes=self.hashes, fresh=True)
+        await self._open_turn(turn, lambda hashes, prior: new)
 
     def _new_request(
         self, key: SessionKey, body: dict[str, Any], upstream: str, compiled: Compiled | None
@@ -216,7 +216,7 @@ class Recorder:
         choices: Sequence[dict[str, Any] | None] | None = None,
         timings: Any = None,
     ) -> None:
-        if self._recording is not None or self._unwritten is not None:
+        if self._recording is not None or self._unwritten():
             try:
                 await self.recorded()
             except Exception:  # the record failed, and its error went up: nothing to close
@@ -236,43 +236,36 @@ class Recorder:
                 calibrating.get("prompt_tokens"),
             )
         now = time.monotonic()
-        fields: dict[str, Any] = {
-            "status": status,
-            "latency_ms": (now - self.started) * 1000,
-            "ttft_ms": None if first is None else (first - self.started) * 1000,
-            "response": response,
-            "partial": partial,
-            "usage": usage,
-            "error": error,
-            "attempts": self.attempts or None,
-            "choices": choices,
-            "recalls": self.rounds.records if self.rounds else None,
-            "sent_usage": sent_usage,
-            "cache": self.cache,
-        }
+        answer = Answer(
+            status=status,
+            latency_ms=(now - self.started) * 1000,
+            ttft_ms=None if first is None else (first - self.started) * 1000,
+            response=response,
+            partial=partial,
+            usage=usage,
+            error=error,
+            attempts=self.attempts or None,
+            choices=choices,
+            recalls=self.rounds.records if self.rounds else None,
+            sent_usage=sent_usage,
+            cache=self.cache,
+        )
         if status < 400 and not partial:  # later requests resend or quote it (conversations.py)
             self.services.conversations.answered(self.ref.session_id, self.messages, response)
         if self.deferring:  # the audit API's reads wait for it (Store.expect_finish)
             self.store.expect_finish(self.ref.session_id)
-            self._pending.append(fields)
-        elif self.looped:
-            await self.store.finish_looped(self.ref, **fields)
-            self._recorded()
+            self._pending.append(answer)
         else:
-            await hop(functools.partial(self.store.finish_exchange, self.ref, **fields))
+            assert self.turn is not None
+            await self.store.close_turn(self.turn, answer)
             self._recorded()
         exchange_finished(self, status, now, first, response, partial, error)
 
     async def flush(self) -> None:
         """Write the records deferred while the answer was sent; from now on, at once."""
         self.deferring = False
-        while self._pending and self.ref is not None:
-            fields = self._pending[0]
-            if self.looped:
-                await self.store.finish_looped(self.ref, expected=True, **fields)
-            else:
-                write = self.store.finish_exchange
-                await offload.run(self.here, write, self.ref, expected=True, **fields)
+        while self._pending and self.turn is not None and self.ref is not None:
+            await self.store.close_turn(self.turn, self._pending[0], expected=True)
             self._pending.pop(0)
         self._recorded()
 

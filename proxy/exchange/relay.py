@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # it imports this module
 async def relay(exchange: Exchange, r: httpx.Response, upstream: Upstream) -> AsyncIterator[bytes]:
     """The client's stream; `exchange.finish` records the answer however the stream ends."""
     answer, first, status = StreamAssembler(), None, r.status_code
-    progress = Progress(exchange.store, exchange.ref, exchange.here, looped=exchange.looped)
+    progress = Progress(exchange.store, exchange.turn)
     rounds = exchange.rounds
     filt = StreamFilter(rounds.usages) if rounds is not None else None
     try:

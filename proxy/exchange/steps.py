@@ -9,7 +9,6 @@ from typing import Any
 
 import httpx
 
-from proxy import offload
 from proxy.compile.calibrate import exact_prompt_tokens, next_factor
 from proxy.compile.view import (
     Compiled,
@@ -30,6 +29,8 @@ from proxy.offload import hop
 from proxy.sessions.identify import SessionKey
 from proxy.settings import Upstream
 from proxy.store.digest import hash_messages
+from proxy.store.paths import Turn
+from proxy.store.request import NewRequest
 from proxy.store.states import Prior
 from proxy.upstream import send as up
 from proxy.upstream.overflow import Overflow
@@ -41,19 +42,6 @@ log = logging.getLogger("ctxproxy.exchange")
 class Exchange(Recorder):
     """One exchange: its session's stored decisions loaded, its view compiled and fitted,
     forwarded, refitted where the upstream counts it over its window; recorded (Recorder)."""
-
-    async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
-        """The session branch's stored compaction state, which this exchange's view starts from."""
-        fresh = sendable["messages"] is not body["messages"]  # a repaired history compiles afresh
-        self.hashes, self.prior = await hop(
-            self._hash_and_load, session_id, body["messages"], fresh
-        )
-
-    def _hash_and_load(
-        self, session_id: str, messages: list[dict[str, Any]], fresh: bool
-    ) -> tuple[list[str], Prior | None]:
-        hashes = hash_messages(messages)  # one thread hop for both: each costs a loop turn
-        return hashes, None if fresh else self.store.load_state(session_id, hashes)
 
     def session_factor(self, default: float) -> float:
         """The session's own calibration, moved by what the upstream counted last exchange."""
@@ -67,104 +55,62 @@ class Exchange(Recorder):
         upstream: Upstream,
         window: int | None,
         factor: float,
+        sizes: tuple[int | None, int | None] = (None, None),
         *,
-        later: bool = False,
+        record_during_send: bool = False,
     ) -> Compiled:
-        """Load the session's stored decisions, compile the view and record the request, in one
-        thread hop (each costs a loop turn), unless exact counts ask the upstream in between.
-        `bodies`: as the client sent it, as it is to be sent, as it is counted (with the
-        recall tool where it may be offered); `factor` the upstream's calibration. `later`:
-        the record is written while the view goes upstream (`alongside`), not here."""
+        """Open the turn: the store reads the session's stored decisions, the view is compiled
+        and the store records the request (or leaves it to be recorded while the view goes
+        upstream), where the store's path for it runs them. `bodies`: as the client sent it, as
+        it is to be sent, as it is counted (with the recall tool where it may be offered);
+        `factor` the upstream's calibration; `sizes`: the body's bytes as read and those of
+        its part no earlier request held, where known (they choose the path); with
+        `record_during_send` the request may be recorded while the view goes upstream."""
         body, sendable, counted = bodies
         length = len(body["messages"])
         # The previous answer's calibration is in the state read below, never half the time.
         await self.services.calibration.settled(key.id, length)
-        compiled = await self._open_either(key, bodies, upstream, window, factor, later)
+        fresh = sendable["messages"] is not body["messages"]  # a repaired history compiles afresh
+        turn = Turn(
+            key.id, body["messages"], *sizes, fresh=fresh, record_during_send=record_during_send
+        )
+        if upstream.tokenizer == "upstream" and window is not None:
+            compiled = await self._open_exact(key, body, counted, upstream, window, factor, turn)
+        else:
+
+            def build(hashes: list[str], prior: Prior | None) -> NewRequest:
+                self.hashes, self.prior = hashes, prior
+                with self.timing.span("compile", within="store"):
+                    made = self._compile(counted, window, self.session_factor(factor))
+                return self._new_request(key, body, upstream.name, made)
+
+            await self._open_turn(turn, build)
+            assert self.compiled is not None
+            compiled = self.compiled
         self.opened = (key.id, self.services.calibration.opened(key.id, length))
         return compiled
 
-    async def _open_either(
+    async def _open_exact(
         self,
         key: SessionKey,
-        bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+        body: dict[str, Any],
+        counted: dict[str, Any],
         upstream: Upstream,
-        window: int | None,
+        window: int,
         factor: float,
-        later: bool,
+        turn: Turn,
     ) -> Compiled:
-        body, sendable, counted = bodies
-        if upstream.tokenizer == "upstream" and window is not None:
-            with self.timing.span("store"):
-                await self.load_prior(key.id, body, sendable)
-            with self.timing.span("compile"):
-                compiled = await self.fit(upstream, counted, window, self.session_factor(factor))
-            with self.timing.span("store"):
-                await self.record(key, body, upstream.name, compiled)
-            return compiled
-        if self.looped and self.small:
-            self.hashes = hash_messages(body["messages"])
-            # A turn the one-trip way records waits for the database on the loop; any other
-            # (a new session, a branch) takes several round trips and one hop for them all.
-            if self.store.continues(key.id, self.hashes):
-                return await self._open_looped(key, bodies, upstream.name, window, factor)
-        return await offload.run(
-            self.opens_here, self._open, key, bodies, upstream.name, window, factor, later
-        )
-
-    async def _open_looped(
-        self,
-        key: SessionKey,
-        bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
-        upstream: str,
-        window: int | None,
-        factor: float,
-    ) -> Compiled:
-        """_open on the event loop, the store's round trips awaited (store/looped.py)."""
-        body, sendable, counted = bodies
-        fresh = sendable["messages"] is not body["messages"]
-        self.hashes = hashes = self.hashes or hash_messages(body["messages"])
-        # The state this process recorded last for the session, if any, is checked in the
-        # record's round trip instead of read in one of its own (store/priors.py).
-        cached = None if fresh else self.store.cached_prior(key.id, hashes)
-        if cached is not None:
-            self.prior = cached.prior
-            with self.timing.span("compile"):
-                compiled = self._compile(counted, window, self.session_factor(factor))
-            with self.timing.span("store"):
-                new = self._new_request(key, body, upstream, compiled)
-                self.ref = await self.store.record_checked(new, cached)
-            if self.ref is not None:
-                return compiled
+        """Exact counts ask the upstream between the state's read and the record: the store
+        reads, the view is fitted, then the store opens the turn with it."""
         with self.timing.span("store"):
-            self.prior = None if fresh else await self.store.load_state_looped(key.id, hashes)
+            self.hashes = await hop(hash_messages, body["messages"])
+            read = self.store.load_state
+            self.prior = None if turn.fresh else await hop(read, key.id, self.hashes)
         with self.timing.span("compile"):
-            compiled = self._compile(counted, window, self.session_factor(factor))
-        with self.timing.span("store"):
-            new = self._new_request(key, body, upstream, compiled)
-            self.ref = await self.store.record_looped(new)
-        return compiled
-
-    def _open(
-        self,
-        key: SessionKey,
-        bodies: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
-        upstream: str,
-        window: int | None,
-        factor: float,
-        later: bool,
-    ) -> Compiled:
-        body, sendable, counted = bodies
-        fresh = sendable["messages"] is not body["messages"]
-        with self.timing.span("store"):
-            self.hashes, self.prior = self._hash_and_load(key.id, body["messages"], fresh)
-        with self.timing.span("compile"):
-            compiled = self._compile(counted, window, self.session_factor(factor))
-        new = self._new_request(key, body, upstream, compiled)
-        if later:
-            self._unwritten = new
-            return compiled
-        with self.timing.span("store"):
-            self.ref = self.store.record_request(new)
+            compiled = await self.fit(upstream, counted, window, self.session_factor(factor))
+        new = self._new_request(key, body, upstream.name, compiled)
+        plain = dataclasses.replace(turn, hashes=self.hashes, fresh=True, record_during_send=False)
+        await self._open_turn(plain, lambda hashes, prior: new)
         return compiled
 
     async def compile(self, body: dict[str, Any], window: int | None, factor: float) -> Compiled:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from proxy import sizes
 from proxy.errors import BadRequest
 from proxy.formats.digits import long_number
 from strategies.prefix import PrefixMemo
@@ -191,11 +192,10 @@ def _plainly_valid(data: dict[str, Any]) -> bool:
 # (False: not known to be). A resent history checks only the messages after the longest such
 # prefix.
 _PLAIN: PrefixMemo[bool] = PrefixMemo("chat.plain", value_bytes=8)
-MEMO_FROM = 64  # messages: a shorter history is checked for less than the memo's lookup costs
 
 
 def _plain_messages(messages: list[Any]) -> bool:
-    if len(messages) < MEMO_FROM:
+    if len(messages) < sizes.MEMO_FROM_MESSAGES:
         return all(map(_plain_message, messages))
 
     def check(known: list[bool]) -> list[bool]:

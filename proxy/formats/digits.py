@@ -8,6 +8,7 @@ a few per head, charged to the shared cache budget."""
 
 from __future__ import annotations
 
+from proxy import sizes
 from strategies.budget import SHARED
 
 # Bytes to digits ("0") or not (" "): a run of 19 digits may be an integer past 64 bits.
@@ -15,7 +16,6 @@ _DIGITS = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
 _LONG_NUMBER = b"0" * 19
 HEAD = 256  # bytes that key a body's kin
 KEEP = 8  # recent clear bodies kept per head (sessions that share their prompts' start)
-MEMO_FROM = 64 << 10  # bytes: a shorter body is scanned for less than the look-up costs
 CHUNK = 16 << 10  # bytes compared at a time when finding how much two bodies share
 
 _clear = SHARED.cache("chat.digits")
@@ -23,7 +23,7 @@ _clear = SHARED.cache("chat.digits")
 
 def long_number(raw: bytes) -> bool:
     """Whether `raw` holds 19 or more digits in a row anywhere (in a string too)."""
-    if len(raw) < MEMO_FROM:
+    if len(raw) < sizes.MEMO_FROM_BYTES:
         return _scan(raw)
     head = raw[:HEAD]
     kin: tuple[bytes, ...] = _clear.get(head) or ()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 
+from proxy import sizes
 from proxy.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from proxy.exchange.observing import RAW_BODY
 from proxy.formats.chat import parse_json
@@ -90,15 +91,11 @@ def require_json(request: Request) -> None:
         )
 
 
-# A body this long is parsed on a worker thread, so that the event loop serves other requests.
-OFF_LOOP_BYTES = 1 << 20
-
-
 async def json_body(request: Request, services: ServicesDep) -> dict[str, Any]:
     require_json(request)
     raw = await read_body(request, services.settings.max_body_bytes)
     request.scope[RAW_BODY] = raw  # observe mode forwards these very bytes
-    if len(raw) > OFF_LOOP_BYTES:
+    if len(raw) > sizes.PARSE_OFF_LOOP_BYTES:
         return await hop(parse_json, raw)
     return parse_json(raw)
 

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.http import memory
+from proxy import sizes
 from proxy.http.guard import host_allowed, host_of, refuse
 from proxy.http.memory import ReturnMemory, content_length
 from proxy.observe.metrics import Metrics
@@ -108,5 +108,5 @@ class Hot:
 
 
 def _huge(scope: Scope) -> bool:
-    """A body declared past TRANSIENT_BYTES: handled without filling the caches (memory.py)."""
-    return content_length(scope) >= memory.TRANSIENT_BYTES
+    """A body declared past sizes.TRANSIENT_BYTES: handled without filling the caches."""
+    return content_length(scope) >= sizes.TRANSIENT_BYTES

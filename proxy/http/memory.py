@@ -27,6 +27,7 @@ from contextlib import nullcontext
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy import sizes
 from strategies.budget import transient
 from strategies.prefix import request_scope
 
@@ -35,9 +36,6 @@ TRIM_BYTES = 2 << 20  # a request body at least this large is followed by a trim
 TRIM_EVERY = 64 << 20  # and so are this many bytes of bodies of any size, in all
 MMAP_BYTES = 128 << 10  # a block at least this large is mapped on its own, unmapped when freed
 M_MMAP_THRESHOLD = -3  # mallopt's parameter numbers (malloc.h)
-# A body declared at least this large (a 4M-token history, past any model's window) is handled
-# without filling the caches: it would evict every session's entries and pin memory after.
-TRANSIENT_BYTES = 16 << 20
 DELAY_S = 0.5  # after the last such request: a burst of them is followed by one trim
 
 
@@ -100,7 +98,8 @@ class ReturnMemory:
 
         declared = content_length(scope)
         try:
-            with request_scope(), transient() if declared >= TRANSIENT_BYTES else nullcontext():
+            huge = declared >= sizes.TRANSIENT_BYTES
+            with request_scope(), transient() if huge else nullcontext():
                 await self.app(scope, counting, send)
         finally:
             self.finished(size)

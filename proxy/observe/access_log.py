@@ -37,6 +37,7 @@ def access_record(x: FinishedExchange, log_content: bool) -> dict[str, Any]:
         "budget": x.budget,
         "window": x.window,
         "phases": phases,
+        "path": x.path,
         "pid": os.getpid(),
     }
     if x.recalls:

@@ -145,6 +145,7 @@ class FinishedExchange:
     tools_removed: list[dict[str, Any]] = field(default_factory=list)  # left out by translation
     observed: bool = False  # observe mode: the view is what would have been sent
     cache: dict[str, Any] = field(default_factory=dict)  # cached_tokens, cache_cause, cache_lost
+    path: str | None = None  # the store's path for the exchange (store/paths.py)
 
 
 def observe(metrics: Metrics | None, x: FinishedExchange, *, log_content: bool) -> None:

@@ -18,6 +18,7 @@ class Timing:
     def __init__(self, started: float) -> None:
         self.started = started
         self.spans: dict[str, float] = {}
+        self.path: str | None = None  # the store's path for the exchange (store/paths.py)
 
     @contextmanager
     def span(self, name: str, within: str | None = None) -> Iterator[None]:
@@ -41,4 +42,6 @@ class Timing:
         parts = [f"{name};dur={seconds * 1000:.1f}" for name, seconds in spans]
         parts.append(f"proxy;dur={max(total - waited, 0.0) * 1000:.1f}")
         parts.append(f"total;dur={total * 1000:.1f}")
+        if self.path is not None:
+            parts.append(f'path;desc="{self.path}"')
         return ", ".join(parts)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy import sizes
 from proxy.store import history, writes
 from proxy.store.direct import Direct
 from proxy.store.engine import Writer, insert_ignore
 from proxy.store.models import SessionRow, utcnow
 
-AHEAD = 100  # messages stored at a time ahead of a long history's request …
-AHEAD_FROM = 1_000  # … when this many or more are new
+AHEAD = 100  # messages stored at a time ahead of a long history's request (sizes.AHEAD_FROM)
 
 
 def store_ahead(
@@ -21,16 +21,16 @@ def store_ahead(
     raw: list[str],
     chain: list[str],
 ) -> int:
-    """A new tail longer than AHEAD_FROM is stored AHEAD messages at a time, committing
+    """A new tail longer than sizes.AHEAD_FROM is stored AHEAD messages at a time, committing
     whenever another write waits for the lock. `session`: (id, source, key id, model).
     Returns how many entries were added."""
     session_id, source, key_id, model = session
     added, last = 0, len(messages) - AHEAD // 2
-    if len(messages) <= AHEAD_FROM:
+    if len(messages) <= sizes.AHEAD_FROM:
         return 0
     with writer.engine.connect() as conn:  # a long history that only grew: nothing to do
         done = history.longest_stored_prefix(conn, session_id, chain)[0] + 1
-    if len(messages) - done <= AHEAD_FROM:
+    if len(messages) - done <= sizes.AHEAD_FROM:
         return 0
     while done + AHEAD < last:
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
+from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 Processor = Callable[[Any], Any] | None
@@ -61,30 +62,31 @@ class Prepared:
         return out if self.positional else dict(zip(self.names, out, strict=True))
 
 
-_PREPARED: dict[tuple[int, str, tuple[str, ...]], Prepared | None] = {}
-HOT_MAX = 4096
-_HOT: dict[int, Any] = {}  # statements built once, by id (held, so that no id is reused)
+DIRECT = "ctxproxy_direct"  # the execution option that marks a statement to send directly
+PREPARED_MAX = 4096
+# By the statement itself (its identity), held: a statement kept is compiled once per dialect
+# and parameter names.
+_PREPARED: dict[tuple[Any, str, tuple[str, ...]], Prepared | None] = {}
 
-S = TypeVar("S")
+S = TypeVar("S", bound=Executable)
 
 
-def hot(stmt: S) -> S:
-    """Mark a statement built once and kept (engine.statement, the modules' caches) as one to
-    send directly; a statement built per call goes through SQLAlchemy."""
-    if len(_HOT) >= HOT_MAX:  # an LRU cache that churns rebuilds its statements: start over
-        _HOT.clear()
-        _PREPARED.clear()
-    _HOT[id(stmt)] = stmt
-    return stmt
+def reusable(stmt: S) -> S:
+    """A statement built once and kept (engine.statement, the modules' caches), marked to be
+    sent directly; a statement built per call goes through SQLAlchemy."""
+    return stmt.execution_options(**{DIRECT: True})
 
 
 def prepare(stmt: Any, dialect: Dialect, names: tuple[str, ...]) -> Prepared | None:
     """`stmt` compiled for `dialect` and parameters `names`, or None when it is not sent
     directly."""
-    if id(stmt) not in _HOT:
+    options = getattr(stmt, "get_execution_options", None)
+    if options is None or not options().get(DIRECT):
         return None
-    key = (id(stmt), dialect.name, names)
+    key = (stmt, dialect.name, names)
     if key not in _PREPARED:
+        if len(_PREPARED) >= PREPARED_MAX:  # a cache that churns rebuilds its statements
+            _PREPARED.clear()
         _PREPARED[key] = _compile(stmt, dialect, names)
     return _PREPARED[key]
 
@@ -115,9 +117,9 @@ def _compile(stmt: Any, dialect: Dialect, names: tuple[str, ...]) -> Prepared | 
     if any(c.escaped_bind_names.get(n, n) != n for n in order):
         return None
     binds = tuple(_bind_processor(c, n, dialect) for n in order)
-    columns = getattr(c, "_result_columns", None) or []
-    keys = tuple(col[0] for col in columns)
-    types = tuple(col[3] for col in columns)
+    columns = list(getattr(stmt, "exported_columns", ()))  # a SELECT's, or RETURNING's
+    keys = tuple(col.key for col in columns)
+    types = tuple(col.type for col in columns)
     return Prepared(c.string, order, c.positional, fixed, binds, keys, types, dialect)
 
 

@@ -149,7 +149,7 @@ def any_stored(s: Executor, session_id: str, chain: Sequence[str]) -> bool:
 @lru_cache(maxsize=64)
 def stored_prefixes(n: int) -> Any:
     """For `n` prefix hashes, parameters c0… (engine.listed)."""
-    return direct.hot(
+    return direct.reusable(
         select(EntryRow.prefix_hash, EntryRow.id).where(
             EntryRow.session_id == bindparam("sid"), one_of(EntryRow.prefix_hash, "c", n)
         )

@@ -1,7 +1,7 @@
 """PostgreSQL's hot statements sent from the event loop: a continuing turn's state read, its
 record and its answer's record each leave in one write to the socket, and their answers are
-waited for on the loop's selector, not on a worker thread (a thread hop costs a few tenths of a
-millisecond, and at many clients the thread and the loop take turns at the GIL).
+waited for on the loop's selector, not on a worker thread (a thread hop costs more than the
+work, and at many clients the thread and the loop take turns at the GIL).
 
 The statements are those of the thread's way (`Direct`), collected by `Batch` while `work`
 runs, then sent in libpq's pipeline mode with BEGIN, COMMIT and one sync, the server preparing
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import select
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -26,6 +27,7 @@ from proxy.store.direct import Prepared, Rows
 
 T = TypeVar("T")
 KEEP = 4  # connections kept for the loop (the pool's others serve the threads)
+PREPARED = "ctxproxy_prepared"  # key in a kept connection's info: its prepared statements' names
 PREPARED_MAX = 256  # statements prepared per connection; past that they are parsed each time
 
 
@@ -99,7 +101,7 @@ class Loop:
         self.engine = engine
         self.idle: list[Connection] = []
         self.made = 0  # connections kept, idle or in use, or being made
-        self.prepared: dict[int, dict[tuple[bytes, tuple[int, ...]], bytes]] = {}
+        self._counting = threading.Lock()  # `made` changes on the loop and on worker threads
 
     async def transaction(self, work: Callable[[Batch], T], flush: bool = True) -> T:
         """Run `work`'s statements in one transaction, committed before this returns; without
@@ -147,7 +149,7 @@ class Loop:
     ) -> None:
         raw: Any = conn.connection.dbapi_connection
         try:
-            results = await _pipeline(raw, self._commands(raw, batch, head, tail))
+            results = await _pipeline(raw, self._commands(conn, batch, head, tail))
             _fill(raw, batch, results[len(head) :])
         except Exception as exc:  # a failed statement, a lost connection: the thread's way
             self._drop(conn)
@@ -158,13 +160,19 @@ class Loop:
         self.idle.append(conn)
 
     def _commands(
-        self, raw: Any, batch: Batch, head: list[bytes], tail: list[bytes]
+        self, conn: Connection, batch: Batch, head: list[bytes], tail: list[bytes]
     ) -> list[Callable[[Any], int]]:
         """Each statement as a call sending it (returning how many results it yields)."""
-        from psycopg._queries import PostgresQuery  # how its cursor binds parameters
+        # psycopg's own binding of a cursor's parameters: private (pinned in pyproject.toml,
+        # tests/unit/test_library_seams.py names it). Its public pipeline (AsyncConnection's)
+        # flushes each statement as it is queued, through its async machinery: measured, more
+        # CPU a turn than these calls sending the batch in one write (see the commit).
+        from psycopg._queries import PostgresQuery
         from psycopg.adapt import Transformer
 
-        known = self.prepared.setdefault(id(raw), {})
+        raw: Any = conn.connection.dbapi_connection
+        # The statements this connection prepared, kept with it (the pool's per-connection info).
+        known = conn.connection.info.setdefault(PREPARED, {})
         sends: list[Callable[[Any], int]] = [_plain(sql) for sql in head]
         for prepared, params, _ in batch.sent:
             query = PostgresQuery(Transformer(raw))
@@ -180,8 +188,10 @@ class Loop:
             if _usable(raw):
                 return conn
             self._drop(conn)
-        if self.made < KEEP:
-            self.made += 1
+        with self._counting:
+            making = self.made < KEEP
+            self.made += making
+        if making:
             offload.soon(self._make)
         raise offload.WouldWait("no connection kept for the loop yet")
 
@@ -189,14 +199,16 @@ class Loop:
         try:
             conn = self.engine.connect()
         except BaseException:
-            self.made -= 1
+            with self._counting:
+                self.made -= 1
             raise
         self.idle.append(conn)
 
     def _drop(self, conn: Connection) -> None:
         """Close a connection that failed or is dead: the server ends what it left open."""
-        self.made -= 1
-        self.prepared.pop(id(conn.connection.dbapi_connection), None)
+        with self._counting:
+            self.made -= 1
+        conn.connection.info.pop(PREPARED, None)  # the server forgets them with the connection
         conn.invalidate()
         conn.close()
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.engine import ExecutionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -133,8 +134,10 @@ def _hung_up(raw: Any) -> bool:
 
 def _invalidate_pool(conn: Connection, fairy: PoolProxiedConnection, exc: BaseException) -> None:
     """As SQLAlchemy does on a disconnect it detects: the server likely dropped every pooled
-    connection (a restart), so all of them are replaced at their next checkout."""
-    conn.engine.pool._invalidate(fairy, exc)
+    connection (a restart), so this one is closed and the pool replaced (Engine.dispose without
+    closing what other threads have checked out: theirs are closed as they are returned)."""
+    fairy.invalidate(exc)
+    conn.engine.dispose(close=False)
 
 
 def read(engine: Engine, query: Callable[[Connection], T]) -> T:
@@ -159,10 +162,14 @@ def sync_on_rows(engine: Engine) -> None:
     @event.listens_for(engine, "after_cursor_execute")
     def _sync(conn: Any, cursor: Any, statement: str, params: Any, ctx: Any, many: bool) -> None:
         pipeline = conn.info.get(PIPELINE)
-        if pipeline is not None and _returns_rows(statement):
+        if pipeline is not None and _returns_rows(ctx):
             pipeline.sync()
 
 
-def _returns_rows(statement: str) -> bool:
-    head = statement.lstrip()[:6].upper()
-    return head in ("SELECT", "WITH") or "RETURNING" in statement
+def _returns_rows(ctx: ExecutionContext | None) -> bool:
+    """A SELECT, or a DML statement with RETURNING (its exported columns); a statement SQLAlchemy
+    did not compile (text for the driver) is taken to return rows."""
+    compiled = ctx.compiled if ctx is not None else None
+    if compiled is None or compiled.statement is None:
+        return True
+    return bool(getattr(compiled.statement, "exported_columns", True))

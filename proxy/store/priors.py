@@ -62,7 +62,8 @@ class Priors:
 
     def get(self, session_id: str, chain: Sequence[str]) -> Cached | None:
         """The session's cached state, where the read's first probe would look for it."""
-        found = self._done.get(session_id)
+        with self._lock:
+            found = self._done.get(session_id)
         first = next(iter(history.probes(len(chain))), None)
         if found is None or first is None or found.prefix not in chain[first[0] : first[1]]:
             return None

@@ -4,14 +4,13 @@ thread (store.py) or from the event loop (looped.py)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.store import history, looped, writes
 from proxy.store.direct import Direct
 from proxy.store.models import utcnow
-from proxy.store.request import NewRequest
+from proxy.store.request import Answer, NewRequest
 from proxy.store.views import RequestRef
 from strategies.messages import message_hash
 
@@ -66,41 +65,25 @@ class Recording:
 class Finishing:
     """An exchange's finish: its transaction's work, run on a thread or from the loop."""
 
-    def __init__(
-        self,
-        pg: bool,
-        ref: RequestRef,
-        *,
-        status: int,
-        latency_ms: float,
-        ttft_ms: float | None,
-        response: dict[str, Any] | None,
-        partial: bool,
-        usage: dict[str, Any] | None,
-        error: dict[str, Any] | None,
-        attempts: list[dict[str, Any]] | None = None,
-        choices: Sequence[dict[str, Any] | None] | None = None,
-        recalls: list[dict[str, Any]] | None = None,
-        sent_usage: dict[str, Any] | None = None,
-        cache: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, pg: bool, ref: RequestRef, answer: Answer) -> None:
+        response, partial = answer.response, answer.partial
         self.pg, self.ref, self.response, self.partial = pg, ref, response, partial
         self.answer = message_hash(response) if response is not None else None
         self.values = {
             "xid": ref.exchange_id,
-            "status": status,
-            "latency_ms": latency_ms,
-            "ttft_ms": ttft_ms,
+            "status": answer.status,
+            "latency_ms": answer.latency_ms,
+            "ttft_ms": answer.ttft_ms,
             "response_hash": self.answer,
             "partial": partial,
-            "usage": usage,
-            "error": error,
-            "attempts": attempts,
-            "choices": choices,
-            **({"recalls": recalls} if recalls is not None else {}),  # else: as saved
+            "usage": answer.usage,
+            "error": answer.error,
+            "attempts": answer.attempts,
+            "choices": answer.choices,
+            **({"recalls": answer.recalls} if answer.recalls is not None else {}),  # else: as saved
             "progress": None,
-            **writes.usage_columns(sent_usage or usage),
-            **(cache or {}),  # cached_tokens, cache_cause, cache_lost (exchange/cache.py)
+            **writes.usage_columns(answer.sent_usage or answer.usage),
+            **(answer.cache or {}),  # cached_tokens, cache_cause, cache_lost (exchange/cache.py)
         }
         # On PostgreSQL the first try waits for nothing until COMMIT (see writes.link_answer);
         # a retry, after the session was deleted meanwhile say, goes the way that looks first.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,3 +32,21 @@ class NewRequest:
     observed: bool = False  # observe mode: the client's request went upstream unchanged
     cache_expected: int | None = None  # the view's prefix expected cached (exchange/cache.py)
     cache_previous: int | None = None  # the previous view's tokens on the branch
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """What one exchange is closed with: its answer (complete or partial) and what it cost."""
+
+    status: int
+    latency_ms: float
+    ttft_ms: float | None
+    response: dict[str, Any] | None  # the answer's message (the first choice's)
+    partial: bool
+    usage: dict[str, Any] | None  # what the client got: all recall rounds added up
+    error: dict[str, Any] | None
+    attempts: list[dict[str, Any]] | None = None  # views refitted after an upstream overflow
+    choices: Sequence[dict[str, Any] | None] | None = None  # further choices' answers (n > 1)
+    recalls: list[dict[str, Any]] | None = None  # None: as saved during the rounds
+    sent_usage: dict[str, Any] | None = None  # the first request's, where recall rounds ran
+    cache: dict[str, Any] | None = None  # cached_tokens, cache_cause, cache_lost

@@ -11,7 +11,7 @@ from functools import cache, lru_cache
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, literal_column, select
+from sqlalchemy import bindparam, exists, select
 
 from proxy.store import direct, history
 from proxy.store.engine import Executor, listed, one_of
@@ -123,24 +123,27 @@ def probe(session_id: str, window: Sequence[str]) -> tuple[Any, dict[str, Any]]:
     return _latest_state(len(window)), {"sid": session_id, **listed("c", window)}
 
 
+Guard = tuple[int, dict[str, Any]]  # the condition's prefix count and its parameters
+
+
 def guard(
     session_id: str, chain: Sequence[str], exchange_id: int, prompt_tokens: int | None
-) -> tuple[Any, dict[str, Any]]:
-    """A statement that fails (division by zero, SQLSTATE 22012) unless load's first probe
-    finds exchange `exchange_id`'s state, with `prompt_tokens`: a write that assumed that state
-    runs it first in its transaction, and is rolled back when another one is stored since."""
+) -> Guard:
+    """The parameters of `still_newest`: that load's first probe finds exchange
+    `exchange_id`'s state, with `prompt_tokens`. A write that assumed that state makes its
+    statements conditional on it, and writes nothing where another one is stored since."""
     start, end = next(iter(history.probes(len(chain))))
     window = chain[start:end]
     expected = {"guard_x": exchange_id, "guard_pt": prompt_tokens}
-    return _guard(len(window)), {"sid": session_id, **listed("c", window), **expected}
+    return len(window), {"sid": session_id, **listed("c", window), **expected}
 
 
 @lru_cache(maxsize=64)
-def _guard(n: int) -> Any:
+def still_newest(n: int) -> Any:
+    """The condition `guard` gives the parameters of, for a window of `n` prefixes."""
     newest = _latest_state(n).subquery()
-    found = select(literal_column("1 / count(*)", Integer)).select_from(newest)
-    return direct.hot(
-        found.where(
+    return exists(
+        select(newest.c.exchange_id).where(
             newest.c.exchange_id == bindparam("guard_x", type_=newest.c.exchange_id.type),
             newest.c.prompt_tokens.is_not_distinct_from(
                 bindparam("guard_pt", type_=newest.c.prompt_tokens.type)
@@ -159,7 +162,7 @@ def first_probe(session_id: str, chain: Sequence[str]) -> tuple[Any, dict[str, A
 def _latest_state(n: int) -> Any:
     """Built once per list length (building costs more than running it): rows, not ORM
     objects."""
-    return direct.hot(
+    return direct.reusable(
         select(*ViewStateRow.__table__.c, ExchangeRow.prompt_tokens)
         .join(EntryRow, EntryRow.id == ViewStateRow.entry_id)
         .join(ExchangeRow, ExchangeRow.id == ViewStateRow.exchange_id)
@@ -172,7 +175,7 @@ def _latest_state(n: int) -> Any:
 @cache
 def _any_state() -> Any:
     where = ViewStateRow.session_id == bindparam("sid")
-    return direct.hot(select(ViewStateRow.exchange_id).where(where).limit(1))
+    return direct.reusable(select(ViewStateRow.exchange_id).where(where).limit(1))
 
 
 def _decode(s: Executor, stored: Any) -> ViewState:

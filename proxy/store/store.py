@@ -5,12 +5,11 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, select, text, update
-from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
 from proxy import offload
@@ -19,7 +18,6 @@ from proxy.store import (
     history,
     install,
     liveness,
-    looped,
     pipelined,
     priors,
     reads,
@@ -40,8 +38,11 @@ from proxy.store.models import (
     ViewStateRow,
     utcnow,
 )
+from proxy.store.on_postgres import PostgresTurns
+from proxy.store.on_sqlite import SqliteTurns
+from proxy.store.paths import Build, OpenTurn, Turn, Turns
 from proxy.store.recording import Finishing, Recording
-from proxy.store.request import NewRequest
+from proxy.store.request import Answer, NewRequest
 from proxy.store.views import (
     ExchangeDetail,
     ExchangePage,
@@ -73,18 +74,18 @@ class Store:
         # SQLite: connections kept for the hot path's state reads (store/held.py)
         sqlite = self.engine.dialect.name == "sqlite"
         self._held = Held(self.engine, keep=2) if sqlite else None
-        # PostgreSQL: connections for the hot statements sent from the event loop (looped.py)
-        self._loop = looped.Loop(self.engine) if self._pg else None
         # PostgreSQL: sessions' newest states as recorded here, guessed before read (priors.py)
         self._priors = priors.Priors()
         # Histories stored: a request extending one by a message takes PostgreSQL's one-trip
         # way, and on either database needs no look-up of how much of it is stored ahead.
-        self._known = turn.Known(turn.KNOWN)
+        self._stored = turn.Stored(turn.STORED_MAX)
         self.instance: str | None = None  # this process's InstanceRow id, once registered
         self._ids_key: bytes | None = None
         # Exchanges answered whose finish is still being written, by session (expect_finish).
         self._unsettled: collections.Counter[str] = collections.Counter()
         self._settling = threading.Condition()
+        # Where each step of a turn runs, decided for this database (paths.py).
+        self._turns: Turns = PostgresTurns(self) if self._pg else SqliteTurns(self)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -111,26 +112,38 @@ class Store:
             conn.execute(text("SELECT 1"))
 
     def close(self) -> None:
-        if self._loop is not None:
-            self._loop.close()
+        self._turns.close_all()
         for held in (self._held, self._writer.held):
             if held is not None:
                 held.close()
         self.engine.dispose()
 
-    @property
-    def local(self) -> bool:
-        """SQLite: its writes wait for no network, only for this process's write lock."""
-        return self.engine.dialect.name == "sqlite"
-
-    @property
-    def looped(self) -> bool:
-        """PostgreSQL: the hot calls' `*_looped` forms wait for the server on the event loop."""
-        return self._loop is not None
-
     def sqlite_path(self) -> Path | None:
         db = self.engine.url.database
         return Path(db) if self.engine.dialect.name == "sqlite" and db else None
+
+    # --- a turn: opened (its request recorded), its answer recorded ---------------------------
+
+    async def open_turn(self, turn: Turn, build: Build) -> OpenTurn:
+        """Read the session's stored state, compile (`build`) and record the request, where
+        this database's backend runs them best; the path taken is on the result. With
+        `turn.record_during_send` the record may be left to record_turn."""
+        return await self._turns.open(turn, build)
+
+    async def record_turn(self, opened: OpenTurn) -> RequestRef:
+        """The request's record that open_turn left (while the view goes upstream)."""
+        if opened.unwritten is None:
+            assert opened.ref is not None
+            return opened.ref
+        return await self._turns.record(opened)
+
+    async def close_turn(self, opened: OpenTurn, answer: Answer, expected: bool = False) -> None:
+        """Record the answer (`expected`: announced by expect_finish)."""
+        await self._turns.close(opened, answer, expected)
+
+    async def save_turn_progress(self, opened: OpenTurn, message: dict[str, Any]) -> None:
+        """The answer streamed so far, kept on the open exchange in case this process dies."""
+        await self._turns.save_progress(opened, message)
 
     # --- writes ----------------------------------------------------------------------------
 
@@ -138,72 +151,23 @@ class Store:
         """Store a request's history and open its exchange, committed before this returns. On
         PostgreSQL the commit does not wait for the disk (the upstream call waits for it): the
         writes of its answer (save_progress, finish_exchange) do, and flush it with them."""
-        rec = self._recording(new)
+        rec = self._store_ahead(new)
         if self._pg and rec.continuing and not rec.before:  # one round trip (turn.py)
             ref = turn.continue_history(self._writer, rec.row(utcnow()), *rec.turn)
             if ref is not None:
-                self._known.add(new.session_id, *rec.chain[-2:])  # a resend, a sibling, a next turn
+                # a resend, a sibling, a next turn
+                self._stored.add(new.session_id, *rec.chain[-2:])
                 return self._opened(ref, new)
         return self._record_anew(new, rec)
-
-    async def record_looped(self, new: NewRequest) -> RequestRef:
-        """record_request from the event loop: a continuing turn's round trip waited for there
-        (PostgreSQL, store/looped.py), any other request recorded on a thread."""
-        if self._loop is None or len(new.messages) > ahead.AHEAD_FROM or not new.messages:
-            return await offload.hop(self.record_request, new)
-        rec = self._recording(new)  # stores nothing ahead under AHEAD_FROM messages
-        if not rec.continuing:
-            return await offload.hop(self._record_anew, new, rec)
-        row = rec.row(utcnow())
-        ref = await turn.continue_looped(self._loop, self._writer, row, *rec.turn)
-        if ref is None:
-            return await offload.hop(self._record_anew, new, rec)
-        self._known.add(new.session_id, *rec.chain[-2:])
-        return self._opened(ref, new)
-
-    def continues(self, session_id: str, hashes: list[str]) -> bool:
-        """Whether the history extends one this process stored by a message: the one-trip
-        way records it (a new session, a branch, go the general way)."""
-        chain = history.prefix_chain(hashes) if len(hashes) >= 2 else []
-        return bool(chain) and (session_id, chain[-2]) in self._known
-
-    def cached_prior(self, session_id: str, hashes: list[str]) -> priors.Cached | None:
-        """The session's state as this process last recorded it, where load_state would look
-        for it (PostgreSQL): a turn compiled from it is recorded by record_checked."""
-        if self._loop is None or len(hashes) > ahead.AHEAD_FROM:
-            return None
-        return self._priors.get(session_id, history.prefix_chain(hashes))
-
-    async def record_checked(self, new: NewRequest, cached: priors.Cached) -> RequestRef | None:
-        """record_looped for a turn compiled from `cached`, in the same round trip as the check
-        that it is the state load_state would have read; None, with nothing recorded, where
-        it is not (or where the turn does not continue a history stored by this process)."""
-        rec = self._recording(new) if self._loop is not None else None
-        if self._loop is None or rec is None or not rec.continuing:
-            return None
-        prior = cached.prior
-        guard = states.guard(new.session_id, rec.chain, cached.exchange_id, prior.prompt_tokens)
-        row = rec.row(utcnow())
-        try:
-            ref = await turn.continue_looped(
-                self._loop, self._writer, row, new, rec.raw, rec.chain, rec.rewritten, guard
-            )
-        except DataError as exc:
-            if getattr(exc.orig, "sqlstate", None) != "22012":  # not the guard's refusal
-                raise
-            self._priors.forget(cached.exchange_id, new.session_id)
-            return None
-        if ref is None:
-            return None
-        self._known.add(new.session_id, *rec.chain[-2:])
-        return self._opened(ref, new)
 
     def _opened(self, ref: RequestRef, new: NewRequest) -> RequestRef:
         if self._pg and ref.leaf_prefix is not None:
             self._priors.opened(ref.exchange_id, ref.session_id, ref.leaf_prefix, new.decided)
         return ref
 
-    def _recording(self, new: NewRequest) -> Recording:
+    def _store_ahead(self, new: NewRequest) -> Recording:
+        """What recording `new` needs; a long new tail is stored ahead first, in transactions
+        of its own (ahead.py), committed before this returns."""
         messages = new.messages
         if not messages:
             raise ValueError("a request needs at least one message")
@@ -216,8 +180,8 @@ class Store:
         # one (a turn that branched from the answer), has nothing to store ahead and is found
         # by its last few prefixes: no look-up of a long history.
         sid = new.session_id
-        continuing = len(raw) >= 2 and (sid, chain[-2]) in self._known
-        near = continuing or any((sid, c) in self._known for c in chain[-NEAR:])
+        continuing = len(raw) >= 2 and (sid, chain[-2]) in self._stored
+        near = continuing or any((sid, c) in self._stored for c in chain[-NEAR:])
         before = 0 if near else ahead.store_ahead(self._writer, head, messages, raw, chain)
         return Recording(new, self.instance, raw, chain, view, rewritten, before, continuing, near)
 
@@ -251,7 +215,7 @@ class Store:
             return RequestRef(session_id, seq, exchange_id, leaf, added, len(raw) - 1, chain[-1])
 
         ref = self._writer.run_core(work, flush=False)
-        self._known.add(session_id, *chain[-2:])
+        self._stored.add(session_id, *chain[-2:])
         return self._opened(ref, new)
 
     def replace_compiled(
@@ -292,63 +256,17 @@ class Store:
 
         self._writer.run(work)
 
-    def finish_exchange(
-        self,
-        ref: RequestRef,
-        *,
-        status: int,
-        latency_ms: float,
-        ttft_ms: float | None,
-        response: dict[str, Any] | None,
-        partial: bool,
-        usage: dict[str, Any] | None,
-        error: dict[str, Any] | None,
-        attempts: list[dict[str, Any]] | None = None,
-        choices: Sequence[dict[str, Any] | None] | None = None,
-        recalls: list[dict[str, Any]] | None = None,
-        sent_usage: dict[str, Any] | None = None,
-        expected: bool = False,
-        cache: dict[str, Any] | None = None,
-    ) -> None:
-        """Close an exchange; its answer (complete or partial) joins the session's history,
-        the answers of further choices (n > 1) are kept beside it. `usage` is what the client
-        got (all recall rounds added up); the token columns hold `sent_usage`, the first
-        request's, when recall rounds ran: what the compiled view cost."""
-        finishing = Finishing(
-            self._pg,
-            ref,
-            status=status,
-            latency_ms=latency_ms,
-            ttft_ms=ttft_ms,
-            response=response,
-            partial=partial,
-            usage=usage,
-            error=error,
-            attempts=attempts,
-            choices=choices,
-            recalls=recalls,
-            sent_usage=sent_usage,
-            cache=cache,
-        )
-        self._finish(ref, finishing, expected)
+    def finish_exchange(self, ref: RequestRef, **fields: Any) -> None:
+        """Close an exchange with `Answer(**fields)`, on this thread; its answer (complete or
+        partial) joins the session's history, the answers of further choices (n > 1) are kept
+        beside it. The token columns hold `sent_usage`, the first request's, when recall rounds
+        ran: what the compiled view cost."""
+        self._close(ref, Answer(**fields), False)
 
-    async def finish_looped(self, ref: RequestRef, expected: bool = False, **fields: Any) -> None:
-        """finish_exchange from the event loop: its round trip waited for there (PostgreSQL,
-        store/looped.py), or else on a thread."""
-        finishing = Finishing(self._pg, ref, **fields)
-        if self._loop is not None:
-            try:
-                await self._loop.transaction(finishing.work)
-            except offload.WouldWait:
-                pass
-            else:
-                self._finished(ref, finishing, expected)
-                return
-        await offload.hop(self._finish, ref, finishing, expected)
-
-    def _finish(self, ref: RequestRef, finishing: Finishing, expected: bool) -> None:
+    def _close(self, ref: RequestRef, answer: Answer, expected: bool) -> None:
         # Run twice, this leaves what running it once does: the answer's message and entry
         # are inserted unless stored, the exchange's columns set to the same values again.
+        finishing = Finishing(self._pg, ref, answer)
         try:
             self._writer.run_core(finishing.work, idempotent=True)
         except offload.WouldWait:  # to be run again, on a thread: still expected until then
@@ -366,7 +284,7 @@ class Store:
         if expected:
             self._settled(ref.session_id)
         for prefix in finishing.stored:
-            self._known.add(ref.session_id, prefix)
+            self._stored.add(ref.session_id, prefix)
 
     def expect_finish(self, session_id: str) -> None:
         """An exchange's finish is written after its answer was sent (`expected=True`): until
@@ -390,20 +308,9 @@ class Store:
             )
 
     def save_progress(self, ref: RequestRef, answer: dict[str, Any]) -> None:
-        """The answer streamed so far, kept on the open exchange in case this process dies."""
+        """The answer streamed so far, kept on the open exchange, on this thread."""
         values = {"xid": ref.exchange_id, "progress": answer}
         self._writer.run_core(lambda c: c.execute(writes.save_open(), values), idempotent=True)
-
-    async def save_progress_looped(self, ref: RequestRef, answer: dict[str, Any]) -> None:
-        """save_progress from the event loop (as finish_looped)."""
-        if self._loop is not None:
-            values = {"xid": ref.exchange_id, "progress": answer}
-            try:
-                await self._loop.transaction(lambda c: c.execute(writes.save_open(), values))
-                return
-            except offload.WouldWait:
-                pass
-        await offload.hop(self.save_progress, ref, answer)
 
     def save_recalls(self, ref: RequestRef, recalls: list[dict[str, Any]]) -> None:
         """The recall calls answered so far, kept on the open exchange in case this process
@@ -488,26 +395,14 @@ class Store:
 
     def load_state(self, session_id: str, hashes: list[str]) -> states.Prior | None:
         """The compaction state of the longest prefix of this history that has one."""
-        chain = history.prefix_chain(hashes)
+        return self._load_chain(session_id, history.prefix_chain(hashes))
+
+    def _load_chain(self, session_id: str, chain: list[str]) -> states.Prior | None:
         if self._held is not None:
             with self._held.connect() as conn:
                 return states.load(Direct(conn), session_id, chain)
         engine = self._reads or self.engine
         return pipelined.read(engine, lambda c: states.load(Direct(c), session_id, chain))
-
-    async def load_state_looped(self, session_id: str, hashes: list[str]) -> states.Prior | None:
-        """load_state from the event loop: a continuing session's one query waited for there
-        (PostgreSQL, store/looped.py); a load that needs more, on a thread."""
-        chain = history.prefix_chain(hashes)
-        first = states.first_probe(session_id, chain)
-        if self._loop is not None and first is not None:
-            try:
-                rows = await self._loop.read(*first)
-                answered = looped.Answered(self.engine.dialect, *first, rows)
-                return states.load(answered, session_id, chain)
-            except offload.WouldWait:
-                pass
-        return await offload.hop(self.load_state, session_id, hashes)
 
     def _read(self, query: Callable[[Session], T], session_id: str | None = None) -> T:
         """An audit read, once the finishes of exchanges already answered are written."""

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     ARRAY,
+    Boolean,
     Integer,
     Table,
     bindparam,
@@ -33,23 +34,23 @@ from sqlalchemy import update as update_
 from sqlalchemy.dialects import postgresql
 
 from proxy import offload
-from proxy.store import direct, history, looped, writes
+from proxy.store import direct, history, looped, states, writes
 from proxy.store.direct import Direct, Pending
 from proxy.store.engine import Writer
 from proxy.store.models import CompiledRef, EntryRow, ExchangeRow, SessionRow, ViewStateRow
 from proxy.store.request import NewRequest
 from proxy.store.views import RequestRef
 
-KNOWN = 2048  # histories remembered as stored (~250 bytes each)
+STORED_MAX = 2048  # histories remembered as stored (~250 bytes each)
 
 
-class Known:
+class Stored:
     """Histories this process stored, as (session, prefix hash of their last entry), the newest
-    KNOWN kept: a request extending one by a message takes the one-trip way; any other (a new
+    STORED_MAX kept: a request extending one by a message takes the one-trip way; any other (a new
     session, a branch, a session last written by another process) goes the general way at
     once rather than after a try. Only a hint: a history deleted since fails the try."""
 
-    def __init__(self, size: int = KNOWN) -> None:
+    def __init__(self, size: int = STORED_MAX) -> None:
         self._size = size
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._lock = threading.Lock()
@@ -73,7 +74,7 @@ def _table(model: type[Any]) -> Table:
 
 
 @dataclass(frozen=True)
-class Opened:
+class Statements:
     """The rows of a continuing turn's statements, read once its transaction committed."""
 
     advanced: Pending | looped.Sent
@@ -126,11 +127,11 @@ async def continue_looped(
     hashes: Sequence[str],
     chain: Sequence[str],
     rewritten: dict[str, dict[str, Any]],
-    guard: tuple[Any, dict[str, Any]] | None = None,
+    guard: states.Guard | None = None,
 ) -> RequestRef | None:
     """continue_history, its round trip waited for on the event loop (looped.py); where it
-    cannot be, on a thread. With a `guard` (states.guard) run first, a DataError when it
-    refused the turn."""
+    cannot be, on a thread. With a `guard` (states.guard), None too where the state it names
+    is no longer the session's newest (nothing was recorded)."""
     work = _tries(row, new, hashes, chain, rewritten, guard)
     try:
         opened = await loop.transaction(work, flush=False)
@@ -145,15 +146,15 @@ def _tries(
     hashes: Sequence[str],
     chain: Sequence[str],
     rewritten: dict[str, dict[str, Any]],
-    guard: tuple[Any, dict[str, Any]] | None,
-) -> Callable[[Direct | looped.Batch], Opened | Done]:
+    guard: states.Guard | None,
+) -> Callable[[Direct | looped.Batch], Statements | Done]:
     """The turn's work, run until one try commits. A try whose connection was lost once
     COMMIT was sent may have committed: the next looks for its exchange first (by its
     session, its leaf and its created_at, this call's own), so that nothing is recorded
     twice."""
     tries: list[bool] = []
 
-    def work(conn: Direct | looped.Batch) -> Opened | Done:
+    def work(conn: Direct | looped.Batch) -> Statements | Done:
         if tries:
             params = {"sid": row["session_id"], "now": row["created_at"], "leaf": chain[-1]}
             found = conn.execute(committed(), params).first()
@@ -164,9 +165,7 @@ def _tries(
                     RequestRef(row["session_id"], seq, exchange_id, leaf, added, position, prefix)
                 )
         tries.append(True)
-        if guard is not None:
-            conn.send(*guard)
-        return record(conn, row, new, hashes, chain, rewritten)
+        return record(conn, row, new, hashes, chain, rewritten, guard)
 
     return work
 
@@ -175,7 +174,7 @@ def _tries(
 def committed() -> Any:
     """The exchange a continuing turn's earlier try committed, if it did."""
     x, e = _table(ExchangeRow), _table(EntryRow)
-    return direct.hot(
+    return direct.reusable(
         select(x.c.id, x.c.seq, x.c.leaf_entry_id, x.c.new_messages)
         .join(e, e.c.id == x.c.leaf_entry_id)
         .where(
@@ -193,9 +192,11 @@ def record(
     hashes: Sequence[str],
     chain: Sequence[str],
     rewritten: dict[str, dict[str, Any]],
-) -> Opened:
+    guard: states.Guard | None = None,
+) -> Statements:
     """Send a continuing turn's statements: `row` the exchange's columns (record_request's),
-    `rewritten` the view's rewritten messages by hash."""
+    `rewritten` the view's rewritten messages by hash; with a `guard`, only where its state is
+    still the session's newest."""
     now, session_id = row["created_at"], row["session_id"]
     history.store_messages(conn, {hashes[-1]: new.messages[-1], **rewritten}, now)
     where = {"sid": session_id, "parent": chain[-2], "leaf": chain[-1], "now": now}
@@ -206,7 +207,11 @@ def record(
         "entry_partial": False,
         "entry_created_at": now,
     }
-    advanced = conn.send(advance(), {**where, "model": row["model"], **entry})
+    checked = guard[1] if guard is not None else {}
+    advanced = conn.send(
+        advance(guard[0] if guard is not None else None),
+        {**checked, **where, "model": row["model"], **entry},
+    )
     refs = sorted(rewritten)
     params = {**row, **where}
     if new.decided is not None:  # the row's ids (0 here) are the statement's
@@ -216,14 +221,15 @@ def record(
         params["refs"] = refs
     names = tuple(row)
     opened = conn.send(open_exchange(names, new.decided is not None, bool(refs)), params)
-    return Opened(advanced, opened, session_id, len(hashes) - 1, chain[-1])
+    return Statements(advanced, opened, session_id, len(hashes) - 1, chain[-1])
 
 
 @cache
-def advance() -> Any:
-    """Where the parent entry is stored: the session's next exchange number counted (the
-    update row-locks the session until COMMIT, so concurrent requests take turns) and the new
-    entry inserted under it unless stored; RETURNING its id when inserted."""
+def advance(guarded: int | None = None) -> Any:
+    """Where the parent entry is stored (and, `guarded`, the state states.guard names is the
+    newest, for a window of that many prefixes): the session's next exchange number counted
+    (the update row-locks the session until COMMIT, so concurrent requests take turns) and the
+    new entry inserted under it unless stored; RETURNING its id when inserted."""
     s, e = _table(SessionRow), _table(EntryRow)
     parent = (
         select(e.c.id)
@@ -232,7 +238,11 @@ def advance() -> Any:
     )
     counted = (
         update_(s)
-        .where(s.c.id == bindparam("sid"), exists(select(parent.c.id)))
+        .where(
+            s.c.id == bindparam("sid"),
+            exists(select(parent.c.id)),
+            *([states.still_newest(guarded)] if guarded is not None else []),
+        )
         .values(last_seq=s.c.last_seq + 1, updated_at=bindparam("now"), model=bindparam("model"))
         .returning(s.c.id)
         .cte("counted")
@@ -242,7 +252,7 @@ def advance() -> Any:
     columns = [e.c.session_id, e.c.parent_id, *(e.c[c] for c in history.ROW_COLUMNS)]
     rows = select(counted.c.id, parent.c.id, *given)
     ins = postgresql.insert(e).from_select(columns, rows, include_defaults=False)
-    return direct.hot(ins.on_conflict_do_nothing().returning(e.c.id))
+    return direct.reusable(ins.on_conflict_do_nothing().returning(e.c.id))
 
 
 STATE_GIVEN = tuple(
@@ -265,6 +275,9 @@ def open_exchange(names: tuple[str, ...], stated: bool, referenced: bool) -> Any
     given = [by_name[n] for n in names]
     # A leaf this transaction wrote (`advance` did) is the one history position it added.
     added = literal_column("(leaf.xmin = pg_current_xact_id()::xid)::int", Integer)
+    # `advance` counted the exchange in this transaction: where it did not (its parent or its
+    # guard's state missing), no exchange is opened, even on a leaf another request stored.
+    counted = literal_column("sessions.xmin = pg_current_xact_id()::xid", Boolean)
     rows = (
         select(*(bindparam(c.name, type_=c.type) for c in given), s.c.last_seq, leaf.c.id, added)
         .join_from(
@@ -272,6 +285,7 @@ def open_exchange(names: tuple[str, ...], stated: bool, referenced: bool) -> Any
         )
         .where(
             s.c.id == bindparam("sid"),
+            counted,
             exists().where(
                 parent.c.session_id == s.c.id, parent.c.prefix_hash == bindparam("parent")
             ),
@@ -297,4 +311,4 @@ def open_exchange(names: tuple[str, ...], stated: bool, referenced: bool) -> Any
         refs = select(opened.c.id, hashes)
         ins = postgresql.insert(r).from_select([r.c.exchange_id, r.c.message_hash], refs)
         out = out.add_cte(ins.on_conflict_do_nothing().cte("referenced"))
-    return direct.hot(out)
+    return direct.reusable(out)

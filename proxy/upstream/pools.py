@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import httpx
@@ -27,9 +26,8 @@ def origin(url: httpx.URL) -> Origin:
 class UpstreamPools(httpx.AsyncBaseTransport):
     """An httpx transport that sends each request through its upstream server's own pool."""
 
-    def __init__(self, upstreams: Sequence[Upstream]) -> None:
+    def __init__(self, upstreams: Sequence[Upstream], name: str = "aiohttp") -> None:
         self._pools: dict[Origin, httpx.AsyncBaseTransport] = {}
-        name = os.environ.get("CTXPROXY_UPSTREAM_CLIENT", "aiohttp")
         for u in upstreams:
             limits = httpx.Limits(
                 max_connections=u.max_connections,
@@ -69,7 +67,7 @@ class UpstreamClient(httpx.AsyncClient):
 
 
 def client_for(name: str) -> Callable[[httpx.Limits], httpx.AsyncBaseTransport]:
-    """The transport for an upstream's pool, picked by CTXPROXY_UPSTREAM_CLIENT: `aiohttp` (the
+    """The transport for an upstream's pool, picked by Settings.upstream_client: `aiohttp` (the
     default: aiohttp's client, keep-alive, upstream/aiotransport.py's checks), `aiohttp-fresh` (a
     new connection per request), `httpx` (httpcore's pool with upstream/transport.py's checks),
     `httpx-plain` (no checks: bench/overhead.py's --clients only, to show what they cost)."""

@@ -13,6 +13,7 @@ import anyio
 import httpx
 import orjson
 
+from proxy import sizes
 from proxy.errors import (
     BadRequest,
     ProxyError,
@@ -215,7 +216,6 @@ def encode_json(data: Any) -> bytes:
 # Not JSON anywhere in orjson's output (a string's NUL is escaped): marks where a history's
 # bytes go in the JSON of the rest of a body.
 _HOLE = b"\x00"
-PARTS_FROM = 128 << 10  # bytes of history: a shorter one is copied for less than a write costs
 
 
 def encode_parts(data: Any) -> list[bytes]:
@@ -223,7 +223,7 @@ def encode_parts(data: Any) -> list[bytes]:
     made already (Encoded) between the JSON before and after them, not copied into one
     buffer. A shorter body goes as one buffer, in one write."""
     made = [k for k, v in data.items() if isinstance(v, Encoded)] if isinstance(data, dict) else []
-    if len(made) == 1 and len(data[made[0]].data) >= PARTS_FROM:
+    if len(made) == 1 and len(data[made[0]].data) >= sizes.PARTS_FROM:
         try:
             rest = orjson.dumps({**data, made[0]: orjson.Fragment(_HOLE)})
         except orjson.JSONEncodeError:  # the standard encoder decides (encode_json)

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy import sizes
 from proxy.http import memory
 from proxy.settings import Settings
 from proxy.testing.scripted import Script
@@ -120,7 +121,7 @@ def test_a_request_too_large_to_be_a_working_set_fills_no_cache(
     settings_for: Callable[..., Settings],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(memory, "TRANSIENT_BYTES", 200_000)
+    monkeypatch.setattr(sizes, "TRANSIENT_BYTES", 200_000)
     proxy = start_proxy(settings_for())
     assert chat(proxy, history(0, 4)).status_code == 200
     before = stats(proxy)["used_bytes"]
@@ -136,9 +137,7 @@ def test_a_history_of_very_many_messages_fills_no_cache(
     settings_for: Callable[..., Settings],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from proxy.exchange import lifecycle
-
-    monkeypatch.setattr(lifecycle, "TRANSIENT_MESSAGES", 60)
+    monkeypatch.setattr(sizes, "TRANSIENT_MESSAGES", 60)
     proxy = start_proxy(settings_for())
     assert chat(proxy, history(0, 4)).status_code == 200
     before = stats(proxy)["used_bytes"]

@@ -484,7 +484,7 @@ def test_connections_the_server_dropped_are_replaced_without_a_double_write() ->
             _drop_other_connections(url)
             assert s.load_state("s1", [message_hash(m) for m in history]) is None
         _drop_other_connections(url)
-        s.save_progress(ref, answer)  # an ORM write transaction
+        s.save_recalls(ref, [])  # a write transaction of its own
         _drop_other_connections(url)
         assert s.get_session("s1") is not None  # an audit read
         with s.engine.connect() as conn:

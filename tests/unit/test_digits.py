@@ -8,6 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy import sizes
 from proxy.formats import digits
 from proxy.formats.chat import parse_json
 
@@ -24,7 +25,7 @@ def history(n: int, tag: str) -> list[dict]:
 
 def test_a_big_integer_in_a_new_turn_of_a_known_history_stays_exact() -> None:
     old = history(300, "exact")
-    assert len(body(old)) > digits.MEMO_FROM
+    assert len(body(old)) > sizes.MEMO_FROM_BYTES
     assert parse_json(body(old))["messages"] == old
     new = [*old, {"role": "user", "content": "next", "n": BIG}]
     assert parse_json(body(new))["messages"][-1]["n"] == BIG

@@ -10,8 +10,8 @@ import pytest
 
 from proxy.errors import BadRequest
 from proxy.formats.chat import chat_head, parse_chat, parse_json
+from proxy.sizes import AHEAD_FROM
 from proxy.store import Store
-from proxy.store.ahead import AHEAD_FROM
 from proxy.store.digest import hash_messages
 from proxy.store.request import NewRequest
 from strategies.messages import canonical_json, content_key, message_hash
