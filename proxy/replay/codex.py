@@ -29,6 +29,8 @@ BOOKKEEPING = (
 )
 LACKS_TOOLS = "the tool definitions (Codex does not write them)"
 LACKS_INSTRUCTIONS = "the base instructions (this rollout does not hold them)"
+# Seen with 0.171: the instructions sent were a shorter variant of those the rollout keeps.
+INSTRUCTIONS_NOTE = "the system prompt is the rollout's base instructions; Codex may send a variant"
 
 
 def is_rollout(path: Path) -> bool:
@@ -60,6 +62,8 @@ def read(path: Path) -> list[Session]:
     session.lacks.append(LACKS_TOOLS)
     if instructions is None:
         session.lacks.append(LACKS_INSTRUCTIONS)
+    else:
+        session.notes.append(INSTRUCTIONS_NOTE)
     session.turns = _turns(items, instructions, model)
     return [session]
 

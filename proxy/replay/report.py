@@ -157,7 +157,9 @@ def _live(pair: tuple[int, int] | None) -> str:
 
 def _firings(found: list[tuple[int, list[str]]]) -> str:
     """The turns they fell on (the passes are in the per-turn table and the JSON)."""
-    return "at turns " + _ranges([n for n, _ in found]) if found else "none"
+    if not found:
+        return "none"
+    return ("at turn " if len(found) == 1 else "at turns ") + _ranges([n for n, _ in found])
 
 
 def _kept_count(kept: list[Kept]) -> str:

@@ -83,14 +83,13 @@ def compile_turn(
     fresh = sendable["messages"] is not body["messages"]  # a repaired history compiles afresh
     offered = settings.recall.enabled and recall.wanted(sendable, config.tools)
     counted = recall.with_tool(sendable) if offered else sendable
-    # The fixed part the source lacks takes its room from the window, as it did live.
-    window = None if config.window is None else max(config.window - config.fixed_tokens, 1)
     compiled = compile_request(
         counted,
-        window=window,
+        window=config.window,
         settings=settings.compaction,
         counter=counter.corrected(factor),
         prior=None if fresh or prior is None else prior.state,
+        fixed=config.fixed_tokens,
     )
     if prior is not None and compiled.tokens_original < prior.tokens_original:
         compiled = dataclasses.replace(compiled, tokens_original=prior.tokens_original)
@@ -164,12 +163,7 @@ def _one(
         branches.keep(chain, done)
     scaled = counter.corrected(factor)
     before, view = last
-    tools = (
-        compiled.tools
-        if compiled.window
-        else scaled.estimate(compiled.raw_prompt)
-        - scaled.estimate(sum(scaled.count_message(m) for m in messages))
-    )
+    tools = compiled.tools - fixed  # the tool definitions, first in the prompt
     shared_tools = before is not None and before.body.get("tools") == turn.body.get("tools")
     lead = fixed + (tools if shared_tools else 0)
     reuse = lead + _shared(view, compiled.messages, scaled) if before else 0
@@ -184,7 +178,7 @@ def _one(
         len(messages),
         compiled.tokens_original + fixed,
         compiled.tokens_compiled + fixed,
-        None if compiled.prompt_budget is None else compiled.prompt_budget + fixed,
+        compiled.prompt_budget,  # the fixed tokens included, as tool definitions are
         compiled.reserve,
         list(dict.fromkeys(e.label for e in compiled.events if not e.replayed)),
         reuse,
