@@ -52,7 +52,7 @@ def figures(r: Replayed) -> Figures:
     return Figures(
         len(turns),
         sum(t.sent for t in done),
-        sum(t.original for t in done),
+        sum(t.original for t in turns),  # refused turns too: both sides count one history
         [t.number for t in turns if t.overflows],
         [(t.number, t.fired) for t in turns if t.fired],
         sum(t.reuse for t in done),
@@ -65,27 +65,43 @@ def figures(r: Replayed) -> Figures:
     )
 
 
+class _View:
+    """What a view holds, to ask whether a history's message is in it whole: as it came, or
+    its full text within a message of the same role (a marker may follow a kept message)."""
+
+    def __init__(self, view: list[dict[str, Any]]) -> None:
+        self.exact = {canonical_bytes(m) for m in view}
+        self.texts = [(m.get("role"), text_of(m) or "") for m in view]
+
+    def holds(self, m: dict[str, Any]) -> bool:
+        if canonical_bytes(m) in self.exact:
+            return True
+        text = text_of(m)
+        if not text:
+            return False
+        return any(r == m.get("role") and text in t for r, t in self.texts)
+
+
 def _statements(history: list[dict[str, Any]], view: list[dict[str, Any]]) -> list[Kept]:
-    """The user's own words (not tool output) and whether the view holds each as written."""
-    held = {canonical_bytes(m) for m in view}
+    """The user's own words (not tool output) and whether the view holds each whole."""
+    held = _View(view)
     out = []
     for i, m in enumerate(history):
         if m.get("role") == "user":
             text = (text_of(m) or "").strip().replace("\n", " ")
-            out.append(Kept(text[:60], canonical_bytes(m) in held, original_ref(m), i))
+            out.append(Kept(text[:60], held.holds(m), original_ref(m), i))
     return out
 
 
 def _failure(history: list[dict[str, Any]], view: list[dict[str, Any]]) -> Kept | None:
     """The newest tool output that holds a failure (a traceback, a failing test) and whether
-    the view holds it as it came."""
-    held = {canonical_bytes(m) for m in view}
+    the view holds it whole."""
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
         text = text_of(m) if m.get("role") == "tool" else None
         if text and bears_failure(text):
             first = next((line for line in text.splitlines() if line.strip()), "")
-            return Kept(first.strip()[:60], canonical_bytes(m) in held, original_ref(m), i)
+            return Kept(first.strip()[:60], _View(view).holds(m), original_ref(m), i)
     return None
 
 

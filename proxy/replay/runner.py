@@ -191,12 +191,13 @@ def _one(
 
 def _shared(old: list[dict[str, Any]], new: list[dict[str, Any]], counter: TokenCounter) -> int:
     """Tokens of the messages `new` starts with as `old` did: what a prefix cache keeps."""
-    raw = 0
+    k = 0
     for a, b in zip(old, new, strict=False):
         if a is not b and a != b:
             break
-        raw += counter.count_message(b)
-    return counter.estimate(raw)
+        k += 1
+    # Counts of a history's prefix seen before come from memory (TokenCounter.message_counts).
+    return counter.estimate(sum(counter.message_counts(new[:k]))) if k else 0
 
 
 def _prefix_chain(messages: list[dict[str, Any]]) -> list[str]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+# Context Claude Code renders into a request from its attachments, never written as such.
+REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 
 def differences(
@@ -10,8 +14,9 @@ def differences(
 ) -> list[str]:
     """Where the messages read from a transcript differ from those a request carried; `system`
     False leaves system messages out of both (a CLI that renders them into each request and
-    never writes them). A user message the CLI sent with its context put before the words
-    the transcript holds (Claude Code's system reminders) counts as the same."""
+    never writes them). A user message or tool result the CLI sent with its rendered context
+    around the words the transcript holds (Claude Code's system reminders) counts as the
+    same."""
     if not system:
         written = [m for m in written if m.get("role") != "system"]
         sent = [m for m in sent if m.get("role") != "system"]
@@ -26,5 +31,8 @@ def differences(
 
 def _prefixed(written: dict[str, Any], sent: dict[str, Any]) -> bool:
     a, b = written.get("content"), sent.get("content")
-    same_role = written.get("role") == sent.get("role") == "user"
-    return same_role and isinstance(a, str) and isinstance(b, str) and b.endswith(a) and bool(a)
+    if not isinstance(a, str) or not isinstance(b, str) or "<system-reminder>" not in b:
+        return False
+    rest = {k: v for k, v in written.items() if k != "content"}
+    same = rest == {k: v for k, v in sent.items() if k != "content"}
+    return same and REMINDER.sub("", b).strip() == a.strip()

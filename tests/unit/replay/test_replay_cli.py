@@ -122,3 +122,17 @@ def test_plot_writes_a_png(
     code, _, err = run(capsys, config, *args)
     assert code == 0 and f"plot: {png}" in err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_user_statement_a_marker_follows_counts_as_kept(
+    capsys: pytest.CaptureFixture[str], config: Path
+) -> None:
+    """Codex's task at 12k: the oldest steps after it are left out behind a marker appended to
+    it; the user's words are all still there."""
+    args = (str(CODEX), "--window", "12000", "--fixed-tokens", "2600", "--json")
+    [session] = json.loads(run(capsys, config, *args)[1])
+    [this] = session["configs"]
+    assert "forget" in {p for f in this["firings"] for p in f["passes"]}
+    task = this["user_statements"][1]
+    assert task["what"].startswith("Fix the failing test") and task["kept"]
+    assert task["ref"].startswith("/messages/")
