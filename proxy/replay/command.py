@@ -59,6 +59,12 @@ def add_replay(command: Callable[[str, str, str], argparse.ArgumentParser]) -> N
     p.add_argument("--per-turn", action="store_true", help="a table of every turn too")
     p.add_argument("--json", action="store_true", help="JSON on stdout, for scripts")
     p.add_argument("--plot", metavar="FILE.png", help="draw tokens sent per turn (matplotlib)")
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="write each replay into the configured database as a session `replay:NAME`, "
+        "shown in the viewer marked as a replay and left out of the live totals",
+    )
 
 
 def add_export(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
@@ -112,9 +118,25 @@ def _replay(settings: Settings, args: argparse.Namespace, say: Say) -> int:
         print(json.dumps(report.as_json(results, args.per_turn), indent=1))
     else:
         print(report.text(results, args.per_turn))
+    if args.record:
+        _record(settings, results, say)
     if args.plot:
         return _plot(results, Path(args.plot), say)
     return 0
+
+
+def _record(settings: Settings, results: list[list[Replayed]], say: Say) -> None:
+    from proxy.replay.record import record
+    from proxy.store import Store
+
+    store = Store(settings.database_url)
+    try:
+        store.upgrade()
+        for replays in results:
+            for r in replays:
+                say(f"recorded: session {record(store, r, named=len(replays) > 1)}")
+    finally:
+        store.close()
 
 
 def _others(settings: Settings, args: argparse.Namespace) -> list[tuple[str, Settings, int | None]]:

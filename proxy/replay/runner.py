@@ -54,6 +54,7 @@ class TurnResult:
     same_as_live: bool | None = None  # stored sessions: the view's bytes equal what went upstream
 
     window: int | None = None
+    events: list[dict[str, Any]] = field(default_factory=list, repr=False)  # as stored live
 
     @property
     def overflows(self) -> bool:
@@ -186,6 +187,7 @@ def _one(
         compiled.messages,
         same_as_live=same,
         window=config.window,
+        events=[e.to_dict() for e in compiled.events],
     )
 
 

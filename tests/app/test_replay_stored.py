@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from proxy.app import create_app
 from proxy.cli.commands import main
 from proxy.compile.tokens import TokenCounter
-from proxy.settings import Settings
+from proxy.settings import Settings, load_settings
 from proxy.testing.histories import agent_turn
 
 LOCAL = "http://localhost"
@@ -119,3 +119,29 @@ def test_views_export_is_what_went_upstream(
     shorter = [v for v, h in zip(views, histories, strict=True) if v["messages"] != h["messages"]]
     assert shorter, "no view differs from its history: nothing was compacted"
     assert all(v["messages"][:2] == TASK for v in views)
+
+
+CODEX = Path(__file__).resolve().parents[1] / "fixtures" / "codex_0.171.0_rollout.jsonl"
+
+
+def test_a_recorded_replay_is_shown_marked_and_in_no_live_total(
+    served: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, config = served
+    settings = load_settings(config)
+    app = create_app(settings)
+    with TestClient(app, base_url=LOCAL, client=("127.0.0.1", 50000)) as client:
+        before = client.get("/stats").json()
+        args = ["--config", str(config), "replay", str(CODEX), "--window", "12000", "--record"]
+        for _ in range(2):  # recorded again, it replaces the first
+            assert main(args) == 0
+        recorded = [s for s in client.get("/sessions").json()["data"] if s["source"] == "replay"]
+        after = client.get("/stats").json()
+        page = client.get("/ui/").text
+    assert [s["id"] for s in recorded] == ["replay:01a249a3-f2a8-70f2-af5f-35d3208bc520"]
+    assert recorded[0]["totals"]["exchanges"] == 11
+    assert recorded[0]["totals"]["tokens_compiled"] < recorded[0]["totals"]["tokens_original"]
+    assert "recorded: session replay:" in capsys.readouterr().err
+    assert (after["sessions"], after["totals"]) == (before["sessions"], before["totals"])
+    assert after["by_phase"] == before["by_phase"]
+    assert 'class="tag replay"' in page
