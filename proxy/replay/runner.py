@@ -142,33 +142,12 @@ def _one(
     try:
         compiled = compile_turn(turn.body, config, counter, prior, factor)
     except ProxyError as exc:
-        whole = counter.estimate_request(messages, turn.body.get("tools"))
-        return TurnResult(
-            number,
-            turn.label,
-            len(messages),
-            whole + fixed,
-            0,
-            None,
-            0,
-            [],
-            0,
-            0,
-            [],
-            error=exc.body()["error"]["message"],
-            window=config.window,
-        )
+        return _refused(number, turn, config, counter, exc)
     if compiled.state is not None:
         state = compiled.state
         done = Prior(state, factor, compiled.raw_prompt, None, compiled.tokens_original)
         branches.keep(chain, done)
-    scaled = counter.corrected(factor)
-    before, view = last
-    tools = compiled.tools - fixed  # the tool definitions, first in the prompt
-    shared_tools = before is not None and before.body.get("tools") == turn.body.get("tools")
-    lead = fixed + (tools if shared_tools else 0)
-    reuse = lead + _shared(view, compiled.messages, scaled) if before else 0
-    full_reuse = lead + _shared(before.body["messages"], messages, scaled) if before else 0
+    reuse, full_reuse = _reuse(turn, compiled, last, counter.corrected(factor), fixed)
     live = turn.live_view
     # Compared only where the replay runs at the window the live compile had.
     compared = live is not None and turn.window == config.window
@@ -188,6 +167,52 @@ def _one(
         same_as_live=same,
         window=config.window,
         events=[e.to_dict() for e in compiled.events],
+    )
+
+
+def _refused(
+    number: int, turn: Turn, config: Config, counter: TokenCounter, exc: ProxyError
+) -> TurnResult:
+    """A turn the proxy would have refused: nothing sent, the full history counted."""
+    messages = turn.body.get("messages") or []
+    whole = counter.estimate_request(messages, turn.body.get("tools")) + config.fixed_tokens
+    error = exc.body()["error"]["message"]
+    return TurnResult(
+        number,
+        turn.label,
+        len(messages),
+        whole,
+        0,
+        None,
+        0,
+        [],
+        0,
+        0,
+        [],
+        error,
+        None,
+        window=config.window,
+    )
+
+
+def _reuse(
+    turn: Turn,
+    compiled: Compiled,
+    last: tuple[Turn | None, list[dict[str, Any]]],
+    counter: TokenCounter,
+    fixed: int,
+) -> tuple[int, int]:
+    """Tokens the previous turn's prompt shares with this one's, from its start (the fixed
+    part, the tools where they are the same, then messages): for the view, and for the full
+    history sent as it came."""
+    before, view = last
+    if before is None:
+        return 0, 0
+    tools = compiled.tools - fixed if before.body.get("tools") == turn.body.get("tools") else 0
+    messages = turn.body.get("messages") or []
+    return (
+        fixed + tools + _shared(view, compiled.messages, counter),
+        fixed + tools + _shared(before.body["messages"], messages, counter),
     )
 
 
