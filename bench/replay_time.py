@@ -1,6 +1,7 @@
 """How long `ctxproxy replay` takes on a long session: a Codex-shaped rollout of N turns (a
 shell call and its pytest output each, as the real CLI writes them) replayed by the command
-line, alone and with --vs, wall time of the whole process; and a folder of sessions.
+line, alone and with --set, and a stored session of N requests; and a folder of sessions.
+Wall and CPU time of the whole process.
 
     python -m bench.replay_time [--turns 500] [--window 32768] [--folder 100]
 """
@@ -50,6 +51,32 @@ def rollout(path: Path, turns: int) -> None:
     path.write_text("\n".join(out) + "\n")
 
 
+def stored(url: str, turns: int) -> None:
+    """A stored session `long` of N requests, each the history before plus a tool call and
+    its pytest output, as an agent sends them (uncompacted: only the replay compiles)."""
+    from proxy.store import Store
+    from proxy.testing.histories import agent_turn
+    from proxy.testing.records import new_request
+
+    store = Store(url)
+    store.upgrade()
+    messages = [{"role": "user", "content": "Fix the failing tests."}]
+    for t in range(turns):
+        messages = messages + agent_turn(t)
+        ref = store.record_request(new_request("long", messages, window=32768))
+        store.finish_exchange(
+            ref,
+            status=200,
+            latency_ms=1.0,
+            ttft_ms=None,
+            response=None,
+            partial=False,
+            usage=None,
+            error=None,
+        )
+    store.close()
+
+
 def timed(args: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one replay process."""
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -81,9 +108,11 @@ def main() -> None:
         folder.mkdir()
         for i in range(args.folder):
             rollout(folder / f"rollout-{i}.jsonl", 20)
+        stored(f"sqlite:///{root / 'db.sqlite'}", args.turns)
         base = ["--config", str(config), "replay", "--window", str(args.window)]
         runs = {
             f"{args.turns} turns": [*base, str(one)],
+            f"{args.turns} turns, a stored session": [*base, "long"],
             f"{args.turns} turns --set target=0.3": [*base, str(one), "--set", "target=0.3"],
             f"{args.folder} sessions of 20 turns": [*base, str(folder)],
         }

@@ -27,7 +27,8 @@ class Kept:
 class Figures:
     turns: int
     sent: int
-    original: int
+    original: int  # every turn's full history, refused ones too
+    saved: int  # over the turns answered: a refused turn saved nothing
     overflowed: list[int]  # turns whose full history would not have fit
     firings: list[tuple[int, list[str]]]
     reuse: int  # tokens expected cached, over all turns
@@ -37,10 +38,6 @@ class Figures:
     same_as_live: tuple[int, int] | None  # (turns whose view equals the live one, compared)
     statements: list[Kept]
     failure: Kept | None
-
-    @property
-    def saved(self) -> int:
-        return self.original - self.sent
 
 
 def figures(r: Replayed) -> Figures:
@@ -52,7 +49,8 @@ def figures(r: Replayed) -> Figures:
     return Figures(
         len(turns),
         sum(t.sent for t in done),
-        sum(t.original for t in turns),  # refused turns too: both sides count one history
+        sum(t.original for t in turns),
+        sum(t.original - t.sent for t in done),
         [t.number for t in turns if t.overflows],
         [(t.number, t.fired) for t in turns if t.fired],
         sum(t.reuse for t in done),

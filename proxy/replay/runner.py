@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.compile.tokens import TokenCounter
-from proxy.compile.view import Compiled, compile_request
+from proxy.compile.view import Compiled, answer_reserve, compile_request
 from proxy.errors import ProxyError
 from proxy.exchange import pairing
 from proxy.recall import tool as recall
@@ -142,7 +142,7 @@ def _one(
     try:
         compiled = compile_turn(turn.body, config, counter, prior, factor)
     except ProxyError as exc:
-        return _refused(number, turn, config, counter, exc)
+        return _refused(number, turn, config, counter, factor, exc)
     if compiled.state is not None:
         state = compiled.state
         done = Prior(state, factor, compiled.raw_prompt, None, compiled.tokens_original)
@@ -171,11 +171,16 @@ def _one(
 
 
 def _refused(
-    number: int, turn: Turn, config: Config, counter: TokenCounter, exc: ProxyError
+    number: int, turn: Turn, config: Config, counter: TokenCounter, factor: float, exc: ProxyError
 ) -> TurnResult:
-    """A turn the proxy would have refused: nothing sent, the full history counted."""
+    """A turn the proxy would have refused: nothing sent, the full history counted (as any
+    turn's is: the same compile, at no window)."""
     messages = turn.body.get("messages") or []
-    whole = counter.estimate_request(messages, turn.body.get("tools")) + config.fixed_tokens
+    uncompacted = dataclasses.replace(config, window=None)
+    whole = compile_turn(turn.body, uncompacted, counter, None, factor).tokens_original
+    whole += config.fixed_tokens
+    window = config.window
+    reserve = answer_reserve(turn.body, window, config.settings.compaction) if window else 0
     error = exc.body()["error"]["message"]
     return TurnResult(
         number,
@@ -184,7 +189,7 @@ def _refused(
         whole,
         0,
         None,
-        0,
+        reserve,
         [],
         0,
         0,

@@ -96,4 +96,4 @@ def test_load_runs_a_few_sessions() -> None:
 def test_replay_time_runs_on_a_short_session() -> None:
     out = run("bench.replay_time", "--turns", "5", "--folder", "2", "--rounds", "1")
     rows = [line.split()[:2] for line in out.splitlines()[1:]]
-    assert [r[0] for r in rows] == ["5", "5", "2"]  # 5 turns, with --set, 2 sessions
+    assert [r[0] for r in rows] == ["5", "5", "5", "2"]  # 5 turns, stored, with --set, folder

@@ -136,3 +136,22 @@ def test_a_user_statement_a_marker_follows_counts_as_kept(
     task = this["user_statements"][1]
     assert task["what"].startswith("Fix the failing test") and task["kept"]
     assert task["ref"].startswith("/messages/")
+
+
+def test_refused_turns_save_nothing_and_count_their_full_history(
+    capsys: pytest.CaptureFixture[str], config: Path, tmp_path: Path
+) -> None:
+    """A sliding window cannot fit Claude Code's session at 24k from turn 4: those turns are
+    refused; the full history and its overflows are the same figures as the other side's."""
+    other = tmp_path / "window.yaml"
+    other.write_text("compaction:\n  pipeline: [sliding_window]\n")
+    args = (str(CLAUDE), "--window", "24000", "--fixed-tokens", "17800", "--vs", str(other))
+    [session] = json.loads(run(capsys, config, *args, "--json", "--per-turn")[1])
+    this, that = session["configs"]
+    assert that["refused_turns"] and not this["refused_turns"]
+    assert this["tokens_full"] == that["tokens_full"]
+    assert this["overflowed_turns"] == that["overflowed_turns"]
+    answered = [t for t in that["per_turn"] if t["error"] is None]
+    assert that["tokens_saved"] == sum(t["original"] - t["sent"] for t in answered)
+    text = run(capsys, config, *args)[1]
+    assert f"turn {that['refused_turns'][0]} refused: This request needs" in text
