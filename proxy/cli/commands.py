@@ -1,4 +1,4 @@
-"""The `ctxproxy` command: serve, migrate, sessions, --version."""
+"""The `ctxproxy` command: serve, migrate, sessions, mcp, replay, export, --version."""
 
 from __future__ import annotations
 
@@ -100,6 +100,10 @@ def parser() -> argparse.ArgumentParser:
     mcp.add_argument(
         "--key", help="a client key (its own sessions) or the admin key (default: $CTXPROXY_KEY)"
     )
+    from proxy.replay import command as replaying
+
+    replaying.add_replay(command)
+    replaying.add_export(command)
     return root
 
 
@@ -121,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         return show_sessions(settings, args.session_id, args.limit)
     if args.command == "mcp":
         return serve_mcp(settings, args.key)
+    if args.command in ("replay", "export"):
+        from proxy.replay import command as replaying
+
+        if args.command == "export":
+            return replaying.run_export(settings, args)
+        return replaying.run_replay(settings, args, say)
     return 0
 
 

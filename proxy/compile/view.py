@@ -58,9 +58,12 @@ def compile_request(
     settings: CompactionSettings,
     counter: TokenCounter,
     prior: ViewState | None = None,
+    fixed: int = 0,
 ) -> Compiled:
     """Compile the view of `body`'s messages; `prior` is the session branch's stored state for
-    a prefix of them (None for a new session: the history is compiled as one arrival)."""
+    a prefix of them (None for a new session: the history is compiled as one arrival).
+    `fixed`: tokens the prompt carries besides `body` (a replayed transcript's system prompt
+    and tools, which the file lacks), taking their room as tool definitions do."""
     messages = list(body.get("messages") or [])
     count = _history_counter(body.get("messages") or [], counter)
     tools_raw = counter.count_tools(body.get("tools") or None)
@@ -69,7 +72,7 @@ def compile_request(
         raw = sum(count(m) for m in messages) + REPLY_PRIMING + tools_raw
         original = counter.estimate(raw)
         return Compiled(messages, original, original, None, None, [], None, factor, raw)
-    tools_tokens = counter.estimate(tools_raw)
+    tools_tokens = counter.estimate(tools_raw) + fixed
     reserve = answer_reserve(body, window, settings)
     budget = message_budget(body, window, settings, tools_tokens)
     recalls = any(recall.is_recall_tool(t) for t in body.get("tools") or [])

@@ -72,9 +72,19 @@ def by_session(s: Session, ids: list[str]) -> dict[str, Totals]:
     return {r[0]: of_row(r[1:]) for r in rows}
 
 
+# A session `ctxproxy replay --record` wrote: shown like any other, counted in no live total.
+REPLAY = "replay"
+
+
+def _live_exchanges() -> Any:
+    replayed = select(SessionRow.id).where(SessionRow.source == REPLAY)
+    return ExchangeRow.session_id.not_in(replayed)
+
+
 def stats(s: Session) -> Stats:
-    sessions = s.execute(select(func.count(SessionRow.id))).scalar_one()
-    totals = of_row(s.execute(select(*columns())).one())
+    live = SessionRow.source != REPLAY
+    sessions = s.execute(select(func.count(SessionRow.id)).where(live)).scalar_one()
+    totals = of_row(s.execute(select(*columns()).where(_live_exchanges())).one())
     messages, size = s.execute(select(func.count(MessageRow.hash), func.sum(MessageRow.size))).one()
     entries = s.execute(select(func.count(EntryRow.id))).scalar_one()
     return Stats(sessions, totals, messages, int(size or 0), entries, phase_stats(s))
@@ -84,7 +94,8 @@ def phase_stats(s: Session) -> list[PhaseStats]:
     # Events are kept as the strategies wrote them (JSON), so they are summed here rather than
     # in SQL, whose JSON functions differ between SQLite and PostgreSQL.
     acc: dict[tuple[str, int | None], list[int]] = {}
-    for events in s.scalars(select(ExchangeRow.events).execution_options(yield_per=500)):
+    query = select(ExchangeRow.events).where(_live_exchanges())
+    for events in s.scalars(query.execution_options(yield_per=500)):
         for e in events or []:
             if not isinstance(e, dict) or e.get("replayed"):
                 continue  # a pass carried over from an earlier turn was counted when it fired

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from proxy.settings import Settings
 from proxy.testing.coder import AGAIN, TASK, Coder
 
 TIMEOUT = 240  # seconds per CLI run; a scripted task takes a few
@@ -39,6 +40,7 @@ class Scene:
     home: Path
     coder: Coder
     proxy: str = ""
+    settings: Settings | None = None  # ctxproxy's, once started
 
 
 @dataclass(frozen=True)

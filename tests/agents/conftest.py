@@ -86,7 +86,8 @@ def ctxproxy(
             "models": ["*"],
             "context_window": window,
         }
-        scene.proxy = start_proxy(make_settings(tmp_path, "", upstreams=[upstream])).url
+        scene.settings = make_settings(tmp_path, "", upstreams=[upstream])
+        scene.proxy = start_proxy(scene.settings).url
         return scene.proxy
 
     return start

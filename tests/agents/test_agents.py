@@ -4,7 +4,9 @@ Each test runs a CLI on a scratch repo whose one test fails; the upstream
 (proxy/testing/coder.py) plays a coding agent with the CLI's own tools until pytest passes.
 What a user would check: the CLI exits 0, the repo's tests pass, the run is one session in the
 audit, a continuation joins it, no exchange failed, every view sent upstream is valid, and
-`ctxproxy_recall` never reaches the CLI.
+`ctxproxy_recall` never reaches the CLI. Claude Code's and Codex's sessions then replay offline
+(`ctxproxy replay`): the stored one to the views sent live, the transcript the CLI wrote in its
+scratch HOME to the same requests and messages.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.replay import claude as claude_transcript
+from proxy.replay import codex as codex_rollout
 from proxy.testing.coder import RECALL
 from strategies.invariants import pairing_faults
 from tests.agents import clis
+from tests.agents.replayed import check_replay
 from tests.agents.repo import repo_tests_pass
 
 pytestmark = pytest.mark.agents
@@ -157,6 +162,7 @@ def test_claude_code(
     no mid-conversation system message for, and a local model name."""
     agent = clis.claude(npm_bin, scene.home, ctxproxy(32768), model)
     drive(agent, scene, record, f"claude-code ({model or 'default model'}) 32k")
+    check_replay(scene, ".claude/projects/*/*.jsonl", claude_transcript.read)
 
 
 def test_codex(
@@ -164,6 +170,7 @@ def test_codex(
 ) -> None:
     agent = clis.codex(npm_bin, scene.home, ctxproxy(32768), LOCAL_MODEL)
     drive(agent, scene, record, "codex 32k")
+    check_replay(scene, ".codex/sessions/*/*/*/rollout-*.jsonl", codex_rollout.read, skip=1)
 
 
 def test_opencode_compacted_by_ctxproxy(

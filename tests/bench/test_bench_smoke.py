@@ -91,3 +91,9 @@ def test_load_runs_a_few_sessions() -> None:
     figures = {line[:30].strip(): line[30:].split() for line in out.splitlines()}
     assert int(figures["requests (streaming)"][0]) > 8, out
     assert figures["errors"][0] == "0" and figures["records lost"][0] == "0", out
+
+
+def test_replay_time_runs_on_a_short_session() -> None:
+    out = run("bench.replay_time", "--turns", "5", "--folder", "2", "--rounds", "1")
+    rows = [line.split()[:2] for line in out.splitlines()[1:]]
+    assert [r[0] for r in rows] == ["5", "5", "5", "2"]  # 5 turns, stored, with --set, folder
