@@ -53,7 +53,7 @@ class Item:
 @dataclass(frozen=True)
 class Retrieved:
     ref: str
-    session: str | None
+    session: str | None  # where the positions were read; None for a hash
     messages: list[Item]
 
     def answer(self) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def resolve(store: Store, text: str, key_id: str | None, session_id: str | None)
     """What `text` names, for the client key `key_id` (None: the operator, who sees all)."""
     ref = parse(text)
     if ref.digest is not None:
-        return Retrieved(str(ref), session_id, [_by_hash(store, ref.digest, key_id)])
+        return Retrieved(str(ref), None, [_by_hash(store, ref.digest, key_id)])
     if session_id is None:
         raise BadRequest(
             f"'{ref}' is a position in a session's history: name the session (over HTTP "

@@ -130,10 +130,12 @@ def test_another_key_gets_404_as_from_the_audit(tmp_path: Path) -> None:
         admin = client.get(
             f"/s/{full_id}/v1/retrieve/{span}", headers={"authorization": "Bearer admin"}
         )
+        anthropic_style = client.get(f"/v1/retrieve/{digest}", headers={"x-api-key": "key-a"})
         nobody = client.get(f"/v1/retrieve/{digest}")
     assert [r.status_code for r in own] == [200, 200]
     assert [r.status_code for r in other] == [404, 404] == [stranger.status_code, audit.status_code]
     assert admin.status_code == 200 and admin.json()["messages"] == own[0].json()["messages"]
+    assert anthropic_style.json() == own[1].json()  # the key as the Messages route takes it
     assert nobody.status_code == 401
 
 
