@@ -103,16 +103,17 @@ def resolve(store: Store, text: str, key_id: str | None, session_id: str | None)
             param="session",
         )
     found, owner = store.session_owner(session_id)
-    history = store.get_history(session_id) if found else None
-    if history is None or (key_id is not None and owner != key_id):
+    span = None
+    if found and (key_id is None or owner == key_id):
+        span = store.history_span(session_id, ref.first, ref.last)
+    if span is None:
         raise NotFound(f"No session '{session_id}'", param="session")
-    stored = history.messages
-    if ref.first >= len(stored):
+    length, chosen = span
+    if not chosen:
         raise NotFound(
-            f"Session '{session_id}' has positions 0-{len(stored) - 1}; {ref} is past its end",
+            f"Session '{session_id}' has positions 0-{length - 1}; {ref} is past its end",
             param="ref",
         )
-    chosen = stored[ref.first : ref.last + 1]
     items = [Item(m.position, f"/messages/{m.hash}", m.message) for m in chosen]
     return Retrieved(str(ref), session_id, items)
 

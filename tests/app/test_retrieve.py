@@ -15,6 +15,7 @@ from proxy.app import create_app
 from proxy.recall import refs
 from proxy.settings import Settings
 from proxy.testing.histories import PYTEST_REPORT, agent_turn
+from proxy.testing.postgres import postgres_database
 from strategies.messages import message_hash
 
 LOCAL = "http://localhost"
@@ -170,3 +171,47 @@ def test_bad_refs_say_what_a_ref_is(tmp_path: Path) -> None:
     for r in (bad, long):
         assert r.status_code == 400 and "history:<n>" in r.json()["error"]["message"]
     assert len(long.text) < 1000
+
+
+def test_the_refs_of_a_view_the_chat_route_forwards_come_back_too(tmp_path: Path) -> None:
+    """Turn by turn through chat: what the upstream was sent names refs the gateway's side
+    (or an operator) can fetch from the same session."""
+    sent: list[dict[str, Any]] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        answer = {"role": "assistant", "content": "Noted."}
+        return httpx.Response(200, json={"choices": [{"index": 0, "message": answer}]})
+
+    ups = [{"name": "local", "base_url": "http://up.test/v1", "context_window": 2048}]
+    data = {"database_url": f"sqlite:///{tmp_path / 'db.sqlite'}", "upstreams": ups}
+    app = create_app(Settings(**data), transport=httpx.MockTransport(upstream))
+    messages = statements(60)
+    with TestClient(app, base_url=LOCAL, client=LOOPBACK) as client:
+        for end in (len(messages) - 40, len(messages)):  # two turns of one growing session
+            body = {"model": "m", "messages": messages[:end]}
+            r = client.post("/v1/chat/completions", json=body, headers={"x-session-id": "c"})
+            assert r.status_code == 200, r.text
+            messages.insert(end, {"role": "assistant", "content": "Noted."})
+        named = refs.named_in(json.dumps(sent[-1]["messages"], ensure_ascii=False))
+        got = {r: client.get(f"/v1/retrieve/{r}", headers={"x-session-id": "c"}) for r in named}
+    assert any(r.startswith("history:") for r in named)
+    for ref, r in got.items():
+        assert r.status_code == 200, (ref, r.text)
+        if ref.startswith("history:"):
+            assert [m["message"] for m in r.json()["messages"]] == [
+                messages[i] for i in positions(ref)
+            ]
+
+
+def test_positions_read_the_same_on_postgresql(tmp_path: Path) -> None:
+    messages = statements(40)
+    with postgres_database() as url, client_for(tmp_path, database_url=url) as client:
+        out = compress(client, messages, **{"x-session-id": "gw-1"})
+        span = next(r for r in refs.named_in(json.dumps(out["messages"])) if r[0] == "h")
+        got = client.get(f"/v1/retrieve/{span}", headers={"x-session-id": "gw-1"})
+        tail = client.get("/v1/retrieve/history:80-99999999", headers={"x-session-id": "gw-1"})
+        past = client.get(f"/v1/retrieve/history:{10**17}", headers={"x-session-id": "gw-1"})
+    assert [m["message"] for m in got.json()["messages"]] == [messages[i] for i in positions(span)]
+    assert [m["message"] for m in tail.json()["messages"]] == messages[80:]
+    assert past.status_code == 404 and "past its end" in past.json()["error"]["message"]
