@@ -16,7 +16,7 @@ from proxy.recall import refs
 from proxy.settings import Settings
 from proxy.testing.histories import PYTEST_REPORT, agent_turn
 from proxy.testing.postgres import postgres_database
-from strategies.messages import message_hash
+from strategies.messages import message_hash, original_ref
 
 LOCAL = "http://localhost"
 LOOPBACK = ("127.0.0.1", 50000)
@@ -73,14 +73,17 @@ def test_every_ref_a_forgetting_view_names_comes_back(tmp_path: Path) -> None:
         named = refs.named_in(json.dumps(out["messages"], ensure_ascii=False))
         spans = [r for r in named if r.startswith("history:")]
         singles = [f"history:{i}" for span in spans for i in positions(span)]
-        asked = [*named, *singles]
+        # The form placeholders, cuts and ledger pointers name an original by, for each message
+        # (whichever of them this view happens to fold).
+        originals = [original_ref(m) for m in messages]
+        asked = [*named, *singles, *originals]
         got = {
             ref: client.get(f"/v1/retrieve/{ref}", headers={"x-session-id": "gw-1"})
             for ref in asked
         }
         by_path = client.get(f"/s/gw-1/v1/retrieve/{spans[0]}")
     assert out["tokens_before"] > 3 * out["tokens_after"]
-    assert spans and any(r.startswith("/messages/") for r in named)  # it forgot and folded
+    assert spans  # it forgot, and names what
     assert len(singles) > 200  # the positions the marker names, each asked alone
     for ref, r in got.items():
         assert r.status_code == 200, (ref, r.text)
@@ -114,9 +117,8 @@ def test_another_key_gets_404_as_from_the_audit(tmp_path: Path) -> None:
     a, b = {"authorization": "Bearer key-a"}, {"authorization": "Bearer key-b"}
     with client_for(tmp_path, **keys) as client:
         out = compress(client, statements(60), **a, **{"x-session-id": "gw-1"})
-        named = refs.named_in(json.dumps(out["messages"]))
-        span = next(r for r in named if r.startswith("history:"))
-        digest = next(r for r in named if r.startswith("/messages/"))
+        span = next(r for r in refs.named_in(json.dumps(out["messages"])) if r[0] == "h")
+        digest = original_ref(statements(60)[1])  # a statement the view forgot
         own = [
             client.get(f"/v1/retrieve/{r}", headers={**a, "x-session-id": "gw-1"})
             for r in (span, digest)
@@ -148,7 +150,8 @@ def test_without_keys_retrieve_refuses_a_remote_client_as_the_audit_does(
 ) -> None:
     with client_for(tmp_path) as client:
         out = compress(client, statements(60), **{"x-session-id": "gw-1"})
-        digest = next(r for r in refs.named_in(json.dumps(out["messages"])) if r.startswith("/m"))
+        assert "history positions" in json.dumps(out["messages"])
+        digest = original_ref(statements(60)[1])  # a statement the view forgot
         local = client.get(f"/v1/retrieve{digest}")
         remote = client.get(f"/v1/retrieve{digest}", headers=forwarded)
         audit = client.get(f"/messages{digest.removeprefix('/messages')}", headers=forwarded)

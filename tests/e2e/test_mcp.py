@@ -150,7 +150,7 @@ async def test_read_message_gives_back_every_ref_a_view_names(tmp_path: Path) ->
     config, messages, out = seed_long(tmp_path)
     named = refs.named_in(json.dumps(out["messages"], ensure_ascii=False))
     span = next(r for r in named if r.startswith("history:"))
-    first, last = (int(x) for x in span.removeprefix("history:").split("-"))
+    first, last = refs.parse(span).first, refs.parse(span).last
     async with Client(config) as mcp:
         whole = await read_all(mcp, "read_message", ref=span, session_id="gw")
         one_error, one = await mcp.call("read_message", ref=f"history:{last}", session_id="gw")
