@@ -152,12 +152,12 @@ def serve(settings: Settings, key: str | None) -> int:
 def page_of(text: str, page: int) -> str:
     """Page `page` (from 1) of `text`: all of it when it fits RESULT_CHARS, else a piece with a
     note of where it stands, the two within RESULT_CHARS."""
-    if len(text) <= RESULT_CHARS and page == 1:
-        return text
     size = RESULT_CHARS - 200  # room for the note
-    pages = -(-len(text) // size)
+    pages = 1 if len(text) <= RESULT_CHARS else -(-len(text) // size)
     if page > pages:
         raise BadRequest(f"page {page} is past the end: this result has {pages} page(s)")
+    if pages == 1:
+        return text
     start = (page - 1) * size
     more = f"; call again with page={page + 1} for the next" if page < pages else "; the last"
     piece = text[start : start + size]
