@@ -28,6 +28,7 @@ from proxy.api import (
     models,
     passthrough,
     responses,
+    retrieve,
     ui,
 )
 from proxy.compile.calibrate import Calibration
@@ -96,7 +97,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     app.include_router(messages.router)
     app.include_router(responses.router)
     app.include_router(models.router)
-    app.include_router(compress.router)  # ahead of the pass-through's /v1/*
+    app.include_router(retrieve.router)  # ahead of the pass-through's /v1/*
     app.include_router(passthrough.router)
     app.include_router(ui.router)
     app.include_router(metrics.router)

@@ -16,7 +16,7 @@ from fastapi import Depends, Request
 
 from proxy.errors import Forbidden, NotFound, Unauthorized
 from proxy.http.deps import ServicesDep, basic_password, key_matches
-from proxy.sessions.owners import bearer_token, client_token, key_id
+from proxy.sessions.owners import client_token, key_id
 from proxy.settings import Settings
 
 FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
@@ -65,7 +65,8 @@ def is_operator(request: Request, settings: Settings) -> bool:
 
 def audit_viewer(request: Request, services: ServicesDep) -> Viewer:
     settings = services.settings
-    given = bearer_token(request) or basic_password(request)
+    # A client key as the chat routes take it (Bearer or x-api-key), or a browser's password.
+    given = client_token(request) or basic_password(request)
     if settings.admin_key is not None and key_matches(given, [settings.admin_key]):
         return Viewer(None)
     if settings.api_keys and key_matches(given, settings.api_keys):

@@ -338,6 +338,30 @@ def path(s: Session, leaf_id: int) -> list[tuple[int, str, bool, str]]:
     return [(r[0], r[1], r[2], r[3]) for r in rows]
 
 
+def span(s: Session, leaf_id: int, first: int, last: int) -> list[tuple[int, str, bool, str]]:
+    """Positions first..last of the history ending at an entry, as path() gives them; the walk
+    from the leaf stops at `first` and only the span's bodies are read."""
+    anchor = (
+        select(EntryRow.id, EntryRow.parent_id, EntryRow.position)
+        .where(EntryRow.id == leaf_id)
+        .cte("span", recursive=True)
+    )
+    step = (
+        select(EntryRow.id, EntryRow.parent_id, EntryRow.position)
+        .join(anchor, EntryRow.id == anchor.c.parent_id)
+        .where(EntryRow.position >= first)
+    )
+    walk = anchor.union_all(step)
+    rows = s.execute(
+        select(EntryRow.id, EntryRow.message_hash, EntryRow.partial, MessageRow.body)
+        .join(walk, walk.c.id == EntryRow.id)
+        .join(MessageRow, MessageRow.hash == EntryRow.message_hash)
+        .where(walk.c.position.between(first, last))
+        .order_by(walk.c.position)
+    ).all()
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
 # --- compiled views, stored as runs of the raw history plus rewritten messages ------------
 
 

@@ -200,6 +200,23 @@ def get_history(s: Session, session_id: str, leaf_entry_id: int | None = None) -
     return History(session_id, leaf, _branch_count(s, session_id), branches, messages)
 
 
+def history_span(
+    s: Session, session_id: str, first: int, last: int
+) -> tuple[int, list[HistoryMessage]] | None:
+    """The latest branch's length and its messages at positions first..last (None: no session)."""
+    if s.get(SessionRow, session_id) is None:
+        return None
+    leaf = head_entry(s, session_id)
+    if leaf is None:
+        return 0, []
+    length = s.execute(select(EntryRow.position).where(EntryRow.id == leaf)).scalar_one() + 1
+    found = history.span(s, leaf, first, min(last, length - 1)) if first < length else []
+    return length, [
+        HistoryMessage(first + i, entry_id, h, partial, json.loads(body))
+        for i, (entry_id, h, partial, body) in enumerate(found)
+    ]
+
+
 def _phases(events: list[Any]) -> list[str]:
     labels: list[str] = []
     for e in events:

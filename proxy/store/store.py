@@ -48,6 +48,7 @@ from proxy.store.views import (
     ExchangePage,
     ExchangeSummary,
     History,
+    HistoryMessage,
     RequestRef,
     SessionDetail,
     SessionPage,
@@ -429,6 +430,12 @@ class Store:
     def get_history(self, session_id: str, leaf_entry_id: int | None = None) -> History | None:
         """The latest branch of a session's raw history, or the one ending at leaf_entry_id."""
         return self._read(lambda s: reads.get_history(s, session_id, leaf_entry_id), session_id)
+
+    def history_span(
+        self, session_id: str, first: int, last: int
+    ) -> tuple[int, list[HistoryMessage]] | None:
+        """The latest branch's length and its messages at positions first..last."""
+        return self._read(lambda s: reads.history_span(s, session_id, first, last), session_id)
 
     def list_exchanges(
         self, session_id: str, limit: int = 1000, offset: int = 0

@@ -37,7 +37,9 @@ def client_for(tmp_path: Path, sent: list[httpx.Request], **overrides) -> TestCl
         **overrides,
     }
     return TestClient(
-        create_app(Settings(**data), transport=httpx.MockTransport(upstream)), base_url=LOCAL
+        create_app(Settings(**data), transport=httpx.MockTransport(upstream)),
+        base_url=LOCAL,
+        client=("127.0.0.1", 50000),  # a gateway on the same host: retrieve is the audit's
     )
 
 

@@ -12,6 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from proxy.app import create_app
+from proxy.cli import mcpserver
+from proxy.recall import refs
 from proxy.settings import Settings
 
 pytest.importorskip("mcp")
@@ -122,3 +124,88 @@ async def test_a_client_key_sees_only_its_own_sessions(tmp_path: Path) -> None:
     async with Client(config, "admin-key") as mcp:
         error, admin = await mcp.call("list_sessions")
         assert not error and len(json.loads(admin)["data"]) == 2
+
+
+def seed_long(tmp_path: Path) -> tuple[Path, list[dict], dict]:
+    """One session "gw" through /v1/compress: a long history of statements, which its view
+    forgets; the stored exchange is several times the result limit."""
+    db = tmp_path / "db.sqlite"
+    settings = Settings(database_url=f"sqlite:///{db}", upstreams=[])
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(settings.model_dump(mode="json")))
+    messages = [{"role": "system", "content": "You are a helpful assistant."}]
+    for i in range(300):
+        messages.append({"role": "user", "content": f"Item {i}: order #{1000 + i} " + "x" * 300})
+        messages.append({"role": "assistant", "content": f"Noted {i}."})
+    messages.append({"role": "user", "content": "What did order #1042 cost?"})
+    app = create_app(settings, transport=httpx.MockTransport(lambda r: httpx.Response(500)))
+    with TestClient(app, base_url="http://localhost") as client:
+        body = {"messages": messages, "model": "m", "context_window": 8192}
+        r = client.post("/v1/compress", json=body, headers={"x-session-id": "gw"})
+        assert r.status_code == 200, r.text
+    return config, messages, r.json()
+
+
+async def test_read_message_gives_back_every_ref_a_view_names(tmp_path: Path) -> None:
+    config, messages, out = seed_long(tmp_path)
+    named = refs.named_in(json.dumps(out["messages"], ensure_ascii=False))
+    span = next(r for r in named if r.startswith("history:"))
+    first, last = refs.parse(span).first, refs.parse(span).last
+    async with Client(config) as mcp:
+        whole = await read_all(mcp, "read_message", ref=span, session_id="gw")
+        one_error, one = await mcp.call("read_message", ref=f"history:{last}", session_id="gw")
+        digest = json.loads(one)["messages"][0]["ref"]
+        by_hash_error, by_hash = await mcp.call("read_message", ref=digest)
+        no_session, said = await mcp.call("read_message", ref=span)
+    assert not one_error and not by_hash_error
+    got = json.loads(whole)["messages"]
+    assert [m["position"] for m in got] == list(range(first, last + 1))
+    assert [m["message"] for m in got] == messages[first : last + 1]
+    assert json.loads(one)["message"] == json.loads(by_hash)["message"] == messages[last]
+    assert no_session and "session" in said
+
+
+async def test_results_and_errors_are_bounded_and_a_long_result_pages(tmp_path: Path) -> None:
+    config, _, _ = seed_long(tmp_path)
+    async with Client(config) as mcp:
+        pages = await pages_of(mcp, "read_exchange", session_id="gw", seq=1)
+        past = await mcp.call("read_exchange", session_id="gw", seq=1, page=len(pages) + 1)
+        bad = [
+            await mcp.call("read_exchange", session_id="s" * 2_000_000, seq=1),
+            await mcp.call("read_message", ref="a" * 50_000),
+            await mcp.call("read_message", ref="history:x", session_id="gw"),
+            await mcp.call("list_sessions", offset=2**70),
+            await mcp.call("list_sessions", limit=10**6),
+            await mcp.call("read_exchange", session_id="gw", seq=0),
+            await mcp.call("search_session", session_id="gw", query="q" * 5000),
+        ]
+    assert len(pages) >= 3
+    assert all(len(p) <= mcpserver.RESULT_CHARS for p in pages)
+    detail = json.loads(joined(pages))  # the pages make the whole answer
+    assert detail["exchange"]["seq"] == 1 and len(detail["request"]["messages"]) == 602
+    assert past[0] and "past the end" in past[1]
+    for error, said in bad:
+        assert error and len(said) < 2000, said[:300]
+        assert "LIKE" not in said and "Error executing tool" in said
+    assert "at most 200 characters" in bad[1][1] and "history:<n>" in bad[2][1]
+    assert "less than or equal" in bad[3][1] and "less than or equal" in bad[4][1]
+
+
+async def pages_of(mcp: Client, tool: str, **arguments: object) -> list[str]:
+    """Every page of a tool's result, as its notes lead from one to the next."""
+    pages: list[str] = []
+    while not pages or "call again with page=" in pages[-1]:
+        error, text = await mcp.call(tool, **arguments, page=len(pages) + 1)
+        assert not error, text
+        pages.append(text)
+    return pages
+
+
+def joined(pages: list[str]) -> str:
+    if len(pages) == 1:
+        return pages[0]
+    return "".join(p[: p.rindex("\n[ctxproxy: page")] for p in pages)
+
+
+async def read_all(mcp: Client, tool: str, **arguments: object) -> str:
+    return joined(await pages_of(mcp, tool, **arguments))
