@@ -28,7 +28,7 @@ from proxy.exchange.recorder import Recorder
 from proxy.exchange.rounds import Rounds, folded
 from proxy.offload import hop
 from proxy.sessions.identify import SessionKey
-from proxy.settings import Upstream
+from proxy.settings import CompactionSettings, Upstream
 from proxy.store.digest import hash_messages
 from proxy.store.states import Prior
 from proxy.upstream import send as up
@@ -41,6 +41,9 @@ log = logging.getLogger("ctxproxy.exchange")
 class Exchange(Recorder):
     """One exchange: its session's stored decisions loaded, its view compiled and fitted,
     forwarded, refitted where the upstream counts it over its window; recorded (Recorder)."""
+
+    # The request's own compaction settings, when it chose any (/v1/compress's headroom).
+    compaction: CompactionSettings | None = None
 
     async def load_prior(self, session_id: str, body: dict[str, Any], sendable: dict) -> None:
         """The session branch's stored compaction state, which this exchange's view starts from."""
@@ -176,7 +179,7 @@ class Exchange(Recorder):
         compiled = compile_request(
             body,
             window=window,
-            settings=self.services.settings.compaction,
+            settings=self.compaction or self.services.settings.compaction,
             counter=self.services.counter.corrected(factor),
             prior=self.prior.state if self.prior else None,
         )
