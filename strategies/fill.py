@@ -4,7 +4,8 @@ session needs) goes back to the most useful of what was forgotten.
 First the ledger of the user's own words gets all that room, so it carries every forgotten
 user message whole before it shortens any. When it does, and room is still left, the newest
 forgotten steps come back whole, newest first, as long as each fits: the outputs nearest the
-kept tail are what the next call most likely needs. The marker is placed again each time, so
+kept tail are what the next call most likely needs. Then outputs a pass folded come back as
+sent, newest first, each that fits. The marker is placed again each time, so
 it names only what is still left out. Each candidate is checked as the final gate checks the
 view (pairs, roles, the latest turn), so a fill never makes a view invalid. A pure function of
 the view, the lineage and the level: the same input gives the same bytes.
@@ -30,8 +31,15 @@ TOGETHER = 3  # steps at most brought back at once where fewer would clash
 def refill(view: list[Message], ctx: Context, level: int) -> list[Message]:
     """`view` filled up to `level` tokens (never past it) with what was forgotten."""
     lineage = ctx.lineage
-    if lineage is None or not lineage.forgotten or ctx.usage(view) >= level:
+    if lineage is None or ctx.usage(view) >= level:
         return view
+    if lineage.forgotten:
+        view = _unforget(view, ctx, level, lineage)
+    return _unfold(view, ctx, level, lineage)
+
+
+def _unforget(view: list[Message], ctx: Context, level: int, lineage: Lineage) -> list[Message]:
+    """The ledger given the room up to `level`, then the newest forgotten steps whole."""
     wide = replace(ctx, target=level)
     best = _checked(lineage, forget.remark(view, wide), level, ctx) or view
     if not _ledger_whole(best):
@@ -56,6 +64,22 @@ def refill(view: list[Message], ctx: Context, level: int) -> list[Message]:
             break
         best, back = checked, []
     return best
+
+
+def _unfold(view: list[Message], ctx: Context, level: int, lineage: Lineage) -> list[Message]:
+    """Outputs and messages a pass folded or truncated back as sent, newest first, each while
+    it fits `level` whole (the newest are what the next call most likely reads)."""
+    out = list(view)
+    for k in range(len(out) - 1, -1, -1):
+        label = lineage.label(out[k])
+        if label is None or label == forget.LABEL or lineage.is_synthetic(out[k]):
+            continue
+        candidate = [*out[:k], lineage.origin(out[k]), *out[k + 1 :]]
+        if ctx.usage(candidate) > level:
+            continue
+        checked = _checked(lineage, candidate, level, ctx)
+        out = checked if checked is not None else out
+    return out
 
 
 def _ledger_to(view: list[Message], ctx: Context, level: int) -> list[Message]:
