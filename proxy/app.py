@@ -108,7 +108,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         *compress.routes(),
     ]
     _install_error_handlers(app)
-    openapi.install(app, chat.openapi_paths())
+    openapi.install(app, chat.openapi_paths() | compress.openapi_paths())
     app.hot = partial(Hot, metrics=app_metrics, allowed=settings.allowed_hosts)
     return app
 

@@ -101,6 +101,8 @@ class CompactionSettings(_Strict):
     safety_margin: float = Field(0.05, ge=0, lt=1)
     trigger: float = Field(1.0, gt=0, le=1)
     target: float = Field(0.5, gt=0, le=1)
+    # Share of the room a firing leaves free: the rest is filled back with what was forgotten.
+    headroom: float = Field(0.3, ge=0, le=1)
     image_tokens: int = Field(765, ge=0)
     invalid_pairing: Literal["reject", "repair", "pass"] = "reject"
     traceback: TracebackSettings = TracebackSettings()

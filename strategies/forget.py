@@ -363,3 +363,19 @@ def marker_text(raw: Sequence[Message], forgotten: Sequence[int], cap: int) -> s
             break
         out.append(line if len(line) <= left else line[: left - 1] + "…")
     return "\n".join(out)
+
+
+# --- for strategies/fill.py -------------------------------------------------------------------
+
+
+def unmarked(view: list[Message], lineage: Lineage) -> list[Message]:
+    """The view with its marker taken out (a merged one's host back to its own form)."""
+    return _without_marker(view, lineage)
+
+
+def remark(view: list[Message], ctx: Context) -> list[Message]:
+    """The view with its marker placed again for what the lineage says is forgotten, the
+    ledger given the room up to `ctx.target`."""
+    lineage = ctx.lineage
+    assert lineage is not None and lineage.forgotten
+    return _with_ledger(_without_marker(view, lineage), lineage, ctx)

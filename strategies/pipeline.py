@@ -18,6 +18,7 @@ from strategies import invariants
 from strategies.context import FORGET_ANY, LAST_RESORT, Context, OverBudget
 from strategies.cut import use_room
 from strategies.events import CompactionEvent
+from strategies.fill import refill
 from strategies.lineage import Lineage, memoize
 from strategies.messages import PROMPT_ROLES, Message, canonical_json
 from strategies.options import StrategyOptions
@@ -40,11 +41,15 @@ class Plan:
     fixed: int = 0  # tokens of the fixed part (prompts, task), once `within` has placed it
     # Tokens a step leaves free under the budget for one recalled excerpt (0: no recall).
     excerpt: int = 0
+    # Share of the room a deep firing leaves free, so that a continuing session's next turns
+    # append without firing again; the rest is filled back (strategies/fill.py). 1: no fill.
+    headroom: float = 1.0
 
     def key(self) -> str:
         return canonical_json(
-            [list(self.pipeline), self.budget, self.target, self.trigger, self._options()]
-        )
+            [list(self.pipeline), self.budget, self.target, self.trigger, self._options(),
+             self.headroom]
+        )  # fmt: skip
 
     def _options(self) -> dict[str, dict[str, Any]]:
         return {name: dataclasses.asdict(o) for name, o in self.options.items()}
@@ -58,6 +63,9 @@ class Plan:
         room = max(self.budget - self.excerpt - fixed, 0)
         trigger = fixed + math.floor(room * self.trigger / self.budget)
         target = min(fixed + math.floor(room * self.target / self.budget), trigger)
+        if self.headroom < 1:  # a headroom past the target's makes the firing go deeper
+            fill = self.budget - self.excerpt - math.floor(self.headroom * room)
+            target = min(target, max(fill, fixed))
         return dataclasses.replace(
             self, trigger=min(trigger, self.budget), target=target, fixed=fixed
         )
@@ -65,6 +73,11 @@ class Plan:
     def room(self) -> int:
         """What a step can make room in: the budget less the fixed part and the excerpt."""
         return max(self.budget - self.excerpt - self.fixed, 0)
+
+    def fill_level(self) -> int:
+        """Tokens a deep firing fills the view back up to: the budget less the excerpt's room
+        and the headroom."""
+        return self.budget - self.excerpt - math.floor(self.headroom * self.room())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +206,8 @@ def _fire(
     fitting = fitting or [o for o in options if ctx.usage(o[0]) <= plan.budget] or options[-1:]
     best = min(fitting, key=lambda o: _cost(view, o[0], ctx, plan.budget))
     lineage.forgotten = best[2]
+    if best is options[-1] and plan.headroom < 1:  # a deep step: the room it made is filled
+        return refill(best[0], ctx, plan.fill_level()), best[1]
     return best[0], best[1]
 
 

@@ -182,7 +182,10 @@ def make_plan(settings: CompactionSettings, budget: int, excerpt: int = 0) -> Pl
     target = min(math.floor(settings.target * budget), trigger)
     found = {name: _options(settings, name) for name in settings.pipeline}
     options = {name: o for name, o in found.items() if o is not None}
-    return Plan(settings.pipeline, budget, target, trigger, options, excerpt=excerpt)
+    return Plan(
+        settings.pipeline, budget, target, trigger, options, excerpt=excerpt,
+        headroom=settings.headroom,
+    )  # fmt: skip
 
 
 def _options(settings: CompactionSettings, name: str) -> StrategyOptions | None:

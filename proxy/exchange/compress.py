@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 API = "compress"
 WINDOW = "context_window"
+# The share of the room a firing leaves free; a one-shot call fills the room unless it asks
+# for headroom (a gateway that sends the same growing session on every call may want some).
+HEADROOM = "headroom"
 # For a model no upstream serves: the view is compiled by the built-in estimate, as for any
 # upstream whose tokenizer is tiktoken; nothing is ever sent to this address.
 UNROUTED = Upstream(name="compress", base_url="http://127.0.0.1")
@@ -39,8 +42,8 @@ async def run(
     request: Request, body: dict[str, Any], services: Services, session: str | None
 ) -> Response:
     timing = Timing(time.monotonic())
-    asked = _window(body)
-    chat_body = {k: v for k, v in body.items() if k != WINDOW}
+    asked, headroom = _window(body), _headroom(body)
+    chat_body = {k: v for k, v in body.items() if k not in (WINDOW, HEADROOM)}
     chat, sendable = await prepare(
         chat_body, services.settings.compaction.invalid_pairing, identity=True
     )
@@ -57,6 +60,7 @@ async def run(
     key = identify(request.headers.get("x-session-id"), session, chat_body, owner)
     key = services.conversations.place(key, chat_body)
     exchange = Exchange(services, timing, upstream.name, chat.model)
+    exchange.compaction = services.settings.compaction.model_copy(update={HEADROOM: headroom})
     stored = {**chat_body, API_KEY: API}
     factor = services.calibration.factor(upstream.name, chat.model)
     try:
@@ -89,3 +93,10 @@ def _window(body: dict[str, Any]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 2**31:
         raise BadRequest("`context_window` must be a positive integer of tokens", param=WINDOW)
     return value
+
+
+def _headroom(body: dict[str, Any]) -> float:
+    value = body.get(HEADROOM, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise BadRequest("`headroom` must be a share of the room, from 0 to 1", param=HEADROOM)
+    return float(value)

@@ -27,7 +27,7 @@ from proxy.exchange.recorder import Recorder
 from proxy.exchange.rounds import Rounds, folded
 from proxy.offload import hop
 from proxy.sessions.identify import SessionKey
-from proxy.settings import Upstream
+from proxy.settings import CompactionSettings, Upstream
 from proxy.store.digest import hash_messages
 from proxy.store.paths import Turn
 from proxy.store.request import NewRequest
@@ -42,6 +42,9 @@ log = logging.getLogger("ctxproxy.exchange")
 class Exchange(Recorder):
     """One exchange: its session's stored decisions loaded, its view compiled and fitted,
     forwarded, refitted where the upstream counts it over its window; recorded (Recorder)."""
+
+    # The request's own compaction settings, when it chose any (/v1/compress's headroom).
+    compaction: CompactionSettings | None = None
 
     def session_factor(self, default: float) -> float:
         """The session's own calibration, moved by what the upstream counted last exchange."""
@@ -122,7 +125,7 @@ class Exchange(Recorder):
         compiled = compile_request(
             body,
             window=window,
-            settings=self.services.settings.compaction,
+            settings=self.compaction or self.services.settings.compaction,
             counter=self.services.counter.corrected(factor),
             prior=self.prior.state if self.prior else None,
         )

@@ -138,3 +138,51 @@ def test_too_long_even_compacted_is_a_400_that_says_so(tmp_path: Path) -> None:
         )
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def chatty(statements: int) -> list[dict]:
+    """Many short user statements, each acknowledged: what a gateway's long chat looks like."""
+    msgs = [*TASK, {"role": "assistant", "content": "Sure."}]
+    for i in range(statements):
+        msgs += [
+            {"role": "user", "content": f"Remember that the code for box {i} is {1000 + i * 7}."},
+            {"role": "assistant", "content": "Noted."},
+        ]
+    return [*msgs, {"role": "user", "content": "Which codes did I give you?"}]
+
+
+def test_a_one_shot_view_fills_the_room_unless_headroom_is_asked(tmp_path: Path) -> None:
+    sent: list[httpx.Request] = []
+    body = {"messages": chatty(200), "model": "any", "context_window": 2048}
+    with client_for(tmp_path, sent) as client:
+        filled = client.post("/v1/compress", json=body, headers={"x-session-id": "a"}).json()
+        roomy = client.post(
+            "/v1/compress", json={**body, "headroom": 0.5}, headers={"x-session-id": "b"}
+        ).json()
+    assert filled["tokens_after"] >= 0.9 * filled["budget"] >= filled["tokens_after"] * 0.9
+    assert filled["tokens_after"] <= filled["budget"]
+    assert roomy["tokens_after"] < 0.75 * roomy["budget"]
+    assert problems(filled["messages"]) == [] and problems(roomy["messages"]) == []
+
+    def codes(view: list[dict]) -> int:
+        text = json.dumps(view)
+        return sum(f"box {i} is" in text for i in range(200))
+
+    assert codes(filled["messages"]) > codes(roomy["messages"])
+
+
+def test_headroom_out_of_range_is_a_400_naming_it(tmp_path: Path) -> None:
+    sent: list[httpx.Request] = []
+    with client_for(tmp_path, sent) as client:
+        for bad in (1.5, -0.1, "half", True):
+            body = {"messages": TASK, "model": "any", "headroom": bad}
+            r = client.post("/v1/compress", json=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "headroom", bad
+
+
+def test_the_openapi_document_names_the_compress_fields(tmp_path: Path) -> None:
+    with client_for(tmp_path, []) as client:
+        doc = client.get("/openapi.json").json()
+    schema = doc["paths"]["/v1/compress"]["post"]["requestBody"]["content"]["application/json"]
+    fields = schema["schema"]["properties"]
+    assert fields["headroom"]["default"] == 0 and "context_window" in fields
