@@ -35,7 +35,7 @@ from strategies.messages import (
 from strategies.options import ForgetOptions
 from strategies.registry import register
 from strategies.state import runs
-from strategies.working_set import first_steps, working_set
+from strategies.working_set import first_steps, newest_output, working_set
 
 LABEL = "forget"
 SEPARATOR = "\n\n"  # between a merged marker and its host's own text
@@ -62,7 +62,7 @@ def drop_oldest(
     lineage = ctx.lineage or Lineage(messages)
     ctx = replace(ctx, lineage=lineage)
     view = _without_marker(messages, lineage) if marker else list(messages)
-    held = set(working_set(view, ctx)) if marker else set()
+    held = set(working_set(view, ctx)) | set(newest_output(view)) if marker else set()
     units = _units(view, ctx, held, marker)
     room = (_reserve(ctx, lineage) if reserve is None else reserve) if marker else 0
     dropped = _choose(view, units, held, ctx, room)

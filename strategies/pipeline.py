@@ -193,7 +193,7 @@ def _fire(
     fitting = fitting or [o for o in options if ctx.usage(o[0]) <= plan.budget] or options[-1:]
     best = min(fitting, key=lambda o: _cost(view, o[0], ctx, plan.budget))
     lineage.forgotten = best[2]
-    return best[0], best[1]
+    return use_room(best[0], ctx, plan.budget - plan.excerpt), best[1]
 
 
 def _deep(
@@ -220,8 +220,6 @@ def _deep(
             )
             view, fired = get(name)(view, step)
             events += fired
-    if pressure == LAST_RESORT:
-        view = use_room(view, ctx, plan.budget - plan.excerpt)
     return view, events
 
 
