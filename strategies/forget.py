@@ -268,20 +268,20 @@ def _without_marker(view: list[Message], lineage: Lineage) -> list[Message]:
 def _place_marker(kept: list[Message], lineage: Lineage, ctx: Context, text: str) -> list[Message]:
     """Put the marker, in the user's voice, where the newest forgotten block was: after the
     text of the user message just before that place, else before the text of the user message
-    just after it (after it, if that is the latest request, which stays as sent), else as a
-    user message of its own between the blocks around it (never two user messages in a row,
-    and a tool message still follows its call)."""
+    just after it, else as a user message of its own between the blocks around it (never two
+    user messages in a row, and a tool message still follows its call). The latest user
+    message is only ever led by the marker: the question stays the last thing it says."""
     first = max(lineage.forgotten)
     at = next((k for k, m in enumerate(kept) if lineage.index(m) > first), len(kept))
     prev = kept[at - 1].get("role") if at > 0 else None
     nxt = kept[at].get("role") if at < len(kept) else None
     latest = max((k for k, m in enumerate(kept) if m.get("role") == "user"), default=-1)
-    if prev == "user":
+    if prev == "user" and at - 1 != latest:
         kept[at - 1] = _appended(kept[at - 1], text, lineage)
-    elif nxt == "user" and at != latest:
+    elif nxt == "user":
         kept[at] = _prepended(kept[at], text, lineage)
-    elif nxt == "user":  # the latest request stays as sent, the marker after its text
-        kept[at] = _appended(kept[at], text, lineage)
+    elif prev == "user":  # the latest request: its own text stays last, after the marker
+        kept[at - 1] = _prepended(kept[at - 1], text, lineage)
     else:
         msg = {"role": "user", "content": text}
         kept.insert(at, lineage.synthesize(msg, first, LABEL))

@@ -15,7 +15,7 @@ from itertools import compress, repeat
 from typing import Any
 
 from strategies import invariants
-from strategies.context import FORGET_ANY, LAST_RESORT, Context, OverBudget
+from strategies.context import ALL_PHASES, LAST_RESORT, NO_KEEP_WINDOW, Context, OverBudget
 from strategies.cut import use_room
 from strategies.events import CompactionEvent
 from strategies.lineage import Lineage, memoize
@@ -201,15 +201,17 @@ def _deep(
 ) -> tuple[list[Message], list[CompactionEvent]]:
     """The pipeline at increasing pressure, each level only while the view is over its goal.
 
-    Up to NO_KEEP_WINDOW the goal is the target, so a firing is a large step; from FORGET_ANY
-    on (what the next step needs is itself too big) only the budget less the excerpt's room,
-    so room is used."""
+    Below NO_KEEP_WINDOW the goal is the target, so a firing is a large step; the deeper levels
+    (the keep window, the working set, what the next step needs) run only while the view is
+    over the budget less the excerpt's room: the target is for growth, never worth what the
+    next step reads; after them, forgetting older steps still goes down to the target."""
     events: list[CompactionEvent] = []
     if "forget" in plan.pipeline and ctx.usage(view) > 2 * plan.budget:
         # A long history arriving at once: forget down to the budget first, rather than fold
         # thousands of outputs only to forget most of them.
         step = dataclasses.replace(ctx, target=plan.budget, options=plan.options.get("forget"))
         view, events = get("forget")(view, step)
+    deepest = 0
     for pressure in range(LAST_RESORT + 1):
         target = _goal(plan, pressure)
         if pressure and ctx.usage(view) <= target:
@@ -220,13 +222,21 @@ def _deep(
             )
             view, fired = get(name)(view, step)
             events += fired
+        deepest = pressure
+    if deepest >= NO_KEEP_WINDOW and "forget" in plan.pipeline and ctx.usage(view) > plan.target:
+        # The deep levels stopped at the budget; forgetting older steps (the keep window kept,
+        # now that its outputs were cut) still makes the large step that leaves room to grow.
+        options = plan.options.get("forget")
+        step = dataclasses.replace(ctx, pressure=ALL_PHASES, target=plan.target, options=options)
+        view, fired = get("forget")(view, step)
+        events += fired
     return view, events
 
 
 def _goal(plan: Plan, pressure: int) -> int:
-    """Below FORGET_ANY the target; from there on the budget less the excerpt's room, so a
-    recalled excerpt still fits when the step had to go deep."""
-    return plan.target if pressure < FORGET_ANY else plan.budget - plan.excerpt
+    """Below NO_KEEP_WINDOW the target; from there on the budget less the excerpt's room, so
+    the latest steps stay whole while they fit and a recalled excerpt still fits."""
+    return plan.target if pressure < NO_KEEP_WINDOW else plan.budget - plan.excerpt
 
 
 def _cost(before: list[Message], after: list[Message], ctx: Context, budget: int) -> float:
