@@ -80,7 +80,7 @@ def text_form(
     or (`note_first` False: a user's own words lead their message) after the leading lines."""
     lines = text.split("\n")
     if len(lines) < 3:
-        return _chars_form(text, chars, note)
+        return _chars_form(text, chars, note, note_first)
     keep: set[int] = set()
     used = _take(lines, _around(named_lines(lines, names), len(lines)), keep, NAMED_SHARE * chars)
     used += _take(lines, ranked(lines), keep, used + EVIDENCE_SHARE * chars)
@@ -117,13 +117,17 @@ def _take(lines: Sequence[str], order: Iterable[int], keep: set[int], limit: flo
     return used
 
 
-def _chars_form(text: str, chars: int, note: Callable[[int, int], str]) -> str:
-    """One long line (or two): its first two thirds and its last third of `chars`."""
+def _chars_form(text: str, chars: int, note: Callable[[int, int], str], note_first: bool) -> str:
+    """One long line (or two): its first two thirds and its last third of `chars`, the note
+    first or (a user's words lead) where the cut is."""
     tail = int(chars * TAIL_SHARE)
     head = max(chars - tail, 0)
     cut = max(len(text) - head - tail, 0)
     end = text[len(text) - tail :] if tail else ""
-    return f"{note(0, 1)}\n{text[:head]}\n[… {cut:,} chars cut …]\n{end}"
+    gap = f"[… {cut:,} chars cut …]"
+    if note_first:
+        return f"{note(0, 1)}\n{text[:head]}\n{gap}\n{end}"
+    return f"{text[:head]}\n{note(0, 1)} {gap}\n{end}"
 
 
 # --- JSON ------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 An iteration (an assistant message with all its tool results, or a user turn) goes as one
 block, so tool calls stay paired. Never forgotten: the prompts, the task (first user message),
 the latest user message, the latest iteration and the keep window; below FORGET_ANY also the
-first steps (`keep_first`); below LAST_RESORT the working set. The marker says what was left
+first steps (`keep_first`); below LAST_RESORT the working set and the newest output (too big,
+it is cut to fit instead: strategies/cut.py). The marker says what was left
 out (how many messages and steps, which tools with their key arguments, which history
 positions) and how to get it back, then carries the ledger (strategies/ledger.py): the
 forgotten user messages and the statements the session depends on, verbatim. It sits where
