@@ -44,8 +44,26 @@ def _call(cid: str, name: str, **args: Any) -> dict[str, Any]:
     return {"id": cid, "type": "function", "function": fn}
 
 
-WORDS = ("alpha", "ledger", "orders", "returns", "stock", "vendor", "audit", "refund", "region",
-         "backup", "events", "metrics", "users", "billing", "catalog", "promo", "tax", "ship")
+WORDS = (
+    "alpha",
+    "ledger",
+    "orders",
+    "returns",
+    "stock",
+    "vendor",
+    "audit",
+    "refund",
+    "region",
+    "backup",
+    "events",
+    "metrics",
+    "users",
+    "billing",
+    "catalog",
+    "promo",
+    "tax",
+    "ship",
+)
 
 
 def _asked(messages: list[dict[str, Any]], ask: str, shape: str) -> list[dict[str, Any]]:
@@ -73,7 +91,11 @@ def listing_case(shape: str) -> Case:
     messages = [
         SYSTEM,
         {"role": "user", "content": first},
-        {"role": "assistant", "content": "Listing it.", "tool_calls": [_call("c1", "bash", command="ls -l /mnt/exports")]},  # fmt: skip
+        {
+            "role": "assistant",
+            "content": "Listing it.",
+            "tool_calls": [_call("c1", "bash", command="ls -l /mnt/exports")],
+        },  # fmt: skip
         {"role": "tool", "tool_call_id": "c1", "content": "\n".join(lines)},
     ]
     name = f"listing 20k / 10k, {shape}"
@@ -99,7 +121,11 @@ def json_case(shape: str) -> Case:
     messages = [
         SYSTEM,
         {"role": "user", "content": first},
-        {"role": "assistant", "content": None, "tool_calls": [_call("c1", "export_orders", day="today")]},  # fmt: skip
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [_call("c1", "export_orders", day="today")],
+        },  # fmt: skip
         {"role": "tool", "tool_call_id": "c1", "content": json.dumps(result, indent=1)},
     ]
     name = f"JSON 4k / 2k, {shape}"
@@ -111,8 +137,9 @@ def _answer(request: httpx.Request) -> httpx.Response:
         "id": "x",
         "object": "chat.completion",
         "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                     "finish_reason": "stop"}],  # fmt: skip
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],  # fmt: skip
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
     return httpx.Response(200, json=body)

@@ -56,6 +56,29 @@ def use_room(view: list[Message], ctx: Context, budget: int) -> list[Message]:
     return out
 
 
+def refit(view: list[Message], ctx: Context, budget: int) -> list[Message]:
+    """The newest output, when it stands cut, cut again for what the newest user and
+    assistant texts name now (a question about it came after the cut): the same size or less,
+    so the view stays within `budget`; the view itself when nothing changes. It stands near
+    the end of the view, so the prefix before it stays in the model server's cache."""
+    lineage = ctx.lineage
+    if lineage is None:
+        return view
+    out = list(view)
+    for k in newest_output(out):
+        cur = out[k]
+        raw = lineage.origin(cur)
+        text = text_of(raw)
+        if lineage.label(cur) != LABEL or text is None:
+            continue
+        rest = sum(ctx.count(m) for i, m in enumerate(out) if i != k)
+        room = min(budget, ctx.measure(rest + ctx.count(cur)))
+        best = _longest(raw, text, lineage.raw, rest, ctx, room)
+        if best is not None and best.get("content") != cur.get("content"):
+            out[k] = lineage.derive(best, cur, LABEL)
+    return out if any(a is not b for a, b in zip(out, view, strict=True)) else view
+
+
 def _candidates(view: Sequence[Message], lineage: Lineage) -> list[int]:
     """The newest output's messages, and the latest user message when it is the latest turn
     (once the agent has moved on, a paste that filled the room would make every later turn

@@ -16,7 +16,7 @@ from typing import Any
 
 from strategies import invariants
 from strategies.context import ALL_PHASES, LAST_RESORT, NO_KEEP_WINDOW, Context, OverBudget
-from strategies.cut import use_room
+from strategies.cut import refit, use_room
 from strategies.events import CompactionEvent
 from strategies.lineage import Lineage, memoize
 from strategies.messages import PROMPT_ROLES, Message, canonical_json
@@ -120,17 +120,28 @@ def compile_view(
             )
             view, events = _fire(view, plan, ctx)
             view_raw = sum(count(m) for m in view)
+    refitted = False
+    if prior is not None and restored and not events and _asks(messages[prior.covered :]):
+        ctx = Context(plan.budget, plan.target, count, measure, lineage=lineage)
+        again = refit(view, ctx, plan.budget - plan.excerpt)
+        if again is not view:
+            view, view_raw, refitted = again, sum(count(m) for m in again), True
     try:
         invariants.check(messages, view, budget=plan.budget, usage=measure(view_raw))
     except OverBudget as exc:
         exc.largest = _largest(view, lineage, count)
         raise
     kept = merge(carried + events)
-    if prior is not None and restored and not events:  # the stored view, appended to
+    if prior is not None and restored and not events and not refitted:  # appended to
         state = prior.extended(len(messages), kept, view_raw, original_raw)
     else:
         state = ViewState.capture(len(messages), view, lineage, kept, view_raw, original_raw)
     return Result(view, merge(carried) + events, state, original_raw)
+
+
+def _asks(new: Sequence[Message]) -> bool:
+    """Whether the new messages hold user text, which may name what a cut output holds."""
+    return any(m.get("role") == "user" for m in new)
 
 
 def fixed_tokens(messages: Sequence[Message], count: Callable[[Message], int]) -> int:

@@ -3,6 +3,7 @@ head, its tail, the lines the conversation names, JSON's shape, and the ref to t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from hypothesis import HealthCheck, given, settings
@@ -164,3 +165,19 @@ def test_a_marker_that_meets_the_question_goes_before_it() -> None:
     assert history[4] not in view  # the answer before the question was forgotten
     latest = view[-1]["content"]
     assert latest.startswith("[ctxproxy: ") and latest.endswith(f"\n\n{question}")
+
+
+def test_a_question_after_the_cut_brings_the_line_it_names_turn_by_turn() -> None:
+    """The output was cut on the turn it came (the user had named nothing in it yet); the
+    question that follows, fitting without a firing, names a line in its middle, and that
+    line is in the next view, the output no larger than before."""
+    history = asked(listing())
+    before = run(history[:-2], dataclasses.replace(plan(4_000), excerpt=256))
+    cut = output_in(before.view)
+    assert NAMED not in cut and HEAD in cut
+    after = run(history, dataclasses.replace(plan(4_200), excerpt=256), prior=before.state)
+    assert not [e for e in after.events if not e.replayed]  # no firing: the question fit
+    invariants.check_valid(history, after.view)
+    now = output_in(after.view)
+    assert NAMED in now and HEAD in now
+    assert COUNTER.count_message(after.view[3]) <= COUNTER.count_message(before.view[3])
