@@ -134,15 +134,15 @@ def user_form(text: str, ref: str) -> str:
 
 
 def _information(text: str, held: frozenset[str] = frozenset()) -> float:
-    """Values the view does not hold yet (concrete ones by their length, quantities, dates and
-    names one each) and modality count; a question counts less than a statement; relay
-    pointers count nothing."""
+    """Values the view does not hold yet (concrete ones by their length, quantities and times
+    stated in words one each) and modality count; a question counts less than a statement;
+    relay pointers count nothing."""
     score = 0.0
     for sentence in re.split(r"(?<=[.!?])\s+", text):
         if sentence.startswith("[relayed "):
             continue
         values = [m for m in _specific(sentence) if m.lower().strip(".,:;") not in held]
-        concrete = sum(max(min(len(m), 8) / 4, 0.5) for m in values)
+        concrete = sum(min(len(m), 8) / 4 for m in values)
         named = [w for w in _stated(sentence) if w.lower() not in held]
         value = 0.5 + concrete + len(named) + 1.5 * len(MODAL.findall(sentence))
         score += value * (0.35 if sentence.rstrip().endswith("?") else 1.0)
@@ -150,12 +150,11 @@ def _information(text: str, held: frozenset[str] = frozenset()) -> float:
 
 
 def _specific(sentence: str) -> list[str]:
-    """The concrete tokens of a sentence: numbers (a single digit too), paths, identifiers,
-    quoted text."""
+    """The concrete tokens of a sentence: numbers, paths, identifiers, quoted text."""
     return [
         w
         for w in re.findall(r"`[^`]+`|\"[^\"]+\"|[\w@/\\.:-]+", sentence)
-        if CONCRETE.search(w) and (len(w.strip(".:-")) > 1 or w.isdigit())
+        if CONCRETE.search(w) and len(w.strip(".:-")) > 1 or len(w) > 2 and w.isdigit()
     ]
 
 
@@ -175,13 +174,13 @@ WHEN = re.compile(
     r"december|spring|summer|autumn|winter)\b",
     re.IGNORECASE,
 )
-_NAME = re.compile(r"(?<=[\w,;)] )[A-Z][a-z]+(?:[-'][A-Za-z]+)?\b")
 
 
 def _stated(sentence: str) -> list[str]:
-    """The quantities, times and names a sentence states in words: a number word, a date or
-    a relative time, a capitalised word inside the sentence (a person, a place, a brand)."""
-    return [*QUANTITY.findall(sentence), *WHEN.findall(sentence), *_NAME.findall(sentence)]
+    """The quantities and times a sentence states in words: a number word, a date or a
+    relative time. (Capitalised names were tried: they cost side constraints among chat
+    full of names, so they do not count.)"""
+    return [*QUANTITY.findall(sentence), *WHEN.findall(sentence)]
 
 
 def words_of(text: str) -> frozenset[str]:
