@@ -14,7 +14,7 @@ from strategies.options import KEEP_RECENT, StrategyOptions
 Opts = TypeVar("Opts", bound=StrategyOptions)
 
 # Pressure levels. The pipeline raises the level while the view stays over the target (up to
-# NO_KEEP_WINDOW), then, from FORGET_ANY on, only while it stays over the budget.
+# ALL_PHASES), then, from NO_KEEP_WINDOW on, only while it stays over the budget.
 ALL_PHASES = 1  # every phase of every strategy may run
 NO_KEEP_WINDOW = 2  # the keep window shrinks to the latest turn; the working set may fold
 FORGET_ANY = 3  # the working set and the user's messages may be forgotten too

@@ -3,7 +3,8 @@
 An iteration (an assistant message with all its tool results, or a user turn) goes as one
 block, so tool calls stay paired. Never forgotten: the prompts, the task (first user message),
 the latest user message, the latest iteration and the keep window; below FORGET_ANY also the
-first steps (`keep_first`); below LAST_RESORT the working set. The marker says what was left
+first steps (`keep_first`); below LAST_RESORT the working set and the newest output (too big,
+it is cut to fit instead: strategies/cut.py). The marker says what was left
 out (how many messages and steps, which tools with their key arguments, which history
 positions) and how to get it back, then carries the ledger (strategies/ledger.py): the
 forgotten user messages and the statements the session depends on, verbatim. It sits where
@@ -35,7 +36,7 @@ from strategies.messages import (
 from strategies.options import ForgetOptions
 from strategies.registry import register
 from strategies.state import runs
-from strategies.working_set import first_steps, working_set
+from strategies.working_set import first_steps, newest_output, working_set
 
 LABEL = "forget"
 SEPARATOR = "\n\n"  # between a merged marker and its host's own text
@@ -62,7 +63,7 @@ def drop_oldest(
     lineage = ctx.lineage or Lineage(messages)
     ctx = replace(ctx, lineage=lineage)
     view = _without_marker(messages, lineage) if marker else list(messages)
-    held = set(working_set(view, ctx)) if marker else set()
+    held = set(working_set(view, ctx)) | set(newest_output(view)) if marker else set()
     units = _units(view, ctx, held, marker)
     room = (_reserve(ctx, lineage) if reserve is None else reserve) if marker else 0
     dropped = _choose(view, units, held, ctx, room)
@@ -268,20 +269,20 @@ def _without_marker(view: list[Message], lineage: Lineage) -> list[Message]:
 def _place_marker(kept: list[Message], lineage: Lineage, ctx: Context, text: str) -> list[Message]:
     """Put the marker, in the user's voice, where the newest forgotten block was: after the
     text of the user message just before that place, else before the text of the user message
-    just after it (after it, if that is the latest request, which stays as sent), else as a
-    user message of its own between the blocks around it (never two user messages in a row,
-    and a tool message still follows its call)."""
+    just after it, else as a user message of its own between the blocks around it (never two
+    user messages in a row, and a tool message still follows its call). The latest user
+    message is only ever led by the marker: the question stays the last thing it says."""
     first = max(lineage.forgotten)
     at = next((k for k, m in enumerate(kept) if lineage.index(m) > first), len(kept))
     prev = kept[at - 1].get("role") if at > 0 else None
     nxt = kept[at].get("role") if at < len(kept) else None
     latest = max((k for k, m in enumerate(kept) if m.get("role") == "user"), default=-1)
-    if prev == "user":
+    if prev == "user" and at - 1 != latest:
         kept[at - 1] = _appended(kept[at - 1], text, lineage)
-    elif nxt == "user" and at != latest:
+    elif nxt == "user":
         kept[at] = _prepended(kept[at], text, lineage)
-    elif nxt == "user":  # the latest request stays as sent, the marker after its text
-        kept[at] = _appended(kept[at], text, lineage)
+    elif prev == "user":  # the latest request: its own text stays last, after the marker
+        kept[at - 1] = _prepended(kept[at - 1], text, lineage)
     else:
         msg = {"role": "user", "content": text}
         kept.insert(at, lineage.synthesize(msg, first, LABEL))

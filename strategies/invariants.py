@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from strategies.compact import MARKER
 from strategies.context import InvariantError, OverBudget
-from strategies.messages import PROMPT_ROLES, Message, iterations, text_of, tool_calls
+from strategies.fit import parsed
+from strategies.messages import PROMPT_ROLES, Message, iterations, original_ref, text_of, tool_calls
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,10 @@ def kept_in_latest(compiled: Message, original: Message) -> bool:
         return True
     if isinstance(content, str) and _head_cut(content, text_of(original)):
         return True
+    if isinstance(content, str) and _json_cut(content, original):
+        return True
+    if isinstance(content, str) and _lines_kept(content, original):
+        return True
     sent = original.get("content")
     return _marker_after(content, sent) or _marker_before(content, sent)
 
@@ -136,6 +141,20 @@ def _head_cut(content: str, sent: str | None) -> bool:
     if not sep or sent is None or CUT_NOTE not in note:
         return False
     return sent.startswith(head) and sent.endswith(tail)
+
+
+def _json_cut(content: str, original: Message) -> bool:
+    """A JSON output cut to fit (strategies/fit.py): still JSON, naming the original."""
+    return original_ref(original) in content and parsed(content) is not None
+
+
+def _lines_kept(content: str, original: Message) -> bool:
+    """A text cut to fit (strategies/fit.py): each line one of the sent text's (or part of
+    one) or a bracketed note, and the original named."""
+    sent = text_of(original)
+    if sent is None or original_ref(original) not in content:
+        return False
+    return all(line.startswith("[") or line in sent for line in content.split("\n"))
 
 
 def _marker_after(content: Any, sent: Any) -> bool:

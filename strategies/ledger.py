@@ -134,15 +134,17 @@ def user_form(text: str, ref: str) -> str:
 
 
 def _information(text: str, held: frozenset[str] = frozenset()) -> float:
-    """Concrete values the view does not hold yet (the longer, the more specific) and modality
-    count; a question counts less than a statement; relay pointers count nothing."""
+    """Values the view does not hold yet (concrete ones by their length, quantities and times
+    stated in words one each) and modality count; a question counts less than a statement;
+    relay pointers count nothing."""
     score = 0.0
     for sentence in re.split(r"(?<=[.!?])\s+", text):
         if sentence.startswith("[relayed "):
             continue
         values = [m for m in _specific(sentence) if m.lower().strip(".,:;") not in held]
         concrete = sum(min(len(m), 8) / 4 for m in values)
-        value = 0.5 + concrete + 1.5 * len(MODAL.findall(sentence))
+        named = [w for w in _stated(sentence) if w.lower() not in held]
+        value = 0.5 + concrete + len(named) + 1.5 * len(MODAL.findall(sentence))
         score += value * (0.35 if sentence.rstrip().endswith("?") else 1.0)
     return score
 
@@ -154,6 +156,31 @@ def _specific(sentence: str) -> list[str]:
         for w in re.findall(r"`[^`]+`|\"[^\"]+\"|[\w@/\\.:-]+", sentence)
         if CONCRETE.search(w) and len(w.strip(".:-")) > 1 or len(w) > 2 and w.isdigit()
     ]
+
+
+# The words English states a quantity or a time with (a closed class, like the digits), and
+# its calendar: a statement that carries one is a fact with a value, however it is phrased.
+QUANTITY = re.compile(
+    r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|"
+    r"fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|"
+    r"seventy|eighty|ninety|hundred|thousand|million|billion|dozen|half|twice|double|triple|"
+    r"first|second|third|fourth|fifth|tenth|once)\b",
+    re.IGNORECASE,
+)
+WHEN = re.compile(
+    r"\b(?:ago|yesterday|today|tonight|tomorrow|weekend|(?:last|next|this) (?:week|month|year|"
+    r"time|night|morning|spring|summer|fall|autumn|winter)|(?:mon|tues|wednes|thurs|fri|satur|"
+    r"sun)day|january|february|march|april|may|june|july|august|september|october|november|"
+    r"december|spring|summer|autumn|winter)\b",
+    re.IGNORECASE,
+)
+
+
+def _stated(sentence: str) -> list[str]:
+    """The quantities and times a sentence states in words: a number word, a date or a
+    relative time. (Capitalised names were tried: they cost side constraints among chat
+    full of names, so they do not count.)"""
+    return [*QUANTITY.findall(sentence), *WHEN.findall(sentence)]
 
 
 def words_of(text: str) -> frozenset[str]:

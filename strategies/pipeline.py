@@ -15,8 +15,8 @@ from itertools import compress, repeat
 from typing import Any
 
 from strategies import invariants
-from strategies.context import FORGET_ANY, LAST_RESORT, Context, OverBudget
-from strategies.cut import use_room
+from strategies.context import ALL_PHASES, LAST_RESORT, NO_KEEP_WINDOW, Context, OverBudget
+from strategies.cut import refit, use_room
 from strategies.events import CompactionEvent
 from strategies.fill import refill
 from strategies.lineage import Lineage, memoize
@@ -133,17 +133,28 @@ def compile_view(
             )
             view, events = _fire(view, plan, ctx)
             view_raw = sum(count(m) for m in view)
+    refitted = False
+    if prior is not None and restored and not events and _asks(messages[prior.covered :]):
+        ctx = Context(plan.budget, plan.target, count, measure, lineage=lineage)
+        again = refit(view, ctx, plan.budget - plan.excerpt)
+        if again is not view:
+            view, view_raw, refitted = again, sum(count(m) for m in again), True
     try:
         invariants.check(messages, view, budget=plan.budget, usage=measure(view_raw))
     except OverBudget as exc:
         exc.largest = _largest(view, lineage, count)
         raise
     kept = merge(carried + events)
-    if prior is not None and restored and not events:  # the stored view, appended to
+    if prior is not None and restored and not events and not refitted:  # appended to
         state = prior.extended(len(messages), kept, view_raw, original_raw)
     else:
         state = ViewState.capture(len(messages), view, lineage, kept, view_raw, original_raw)
     return Result(view, merge(carried) + events, state, original_raw)
+
+
+def _asks(new: Sequence[Message]) -> bool:
+    """Whether the new messages hold user text, which may name what a cut output holds."""
+    return any(m.get("role") == "user" for m in new)
 
 
 def fixed_tokens(messages: Sequence[Message], count: Callable[[Message], int]) -> int:
@@ -206,9 +217,13 @@ def _fire(
     fitting = fitting or [o for o in options if ctx.usage(o[0]) <= plan.budget] or options[-1:]
     best = min(fitting, key=lambda o: _cost(view, o[0], ctx, plan.budget))
     lineage.forgotten = best[2]
-    if best is options[-1] and plan.headroom < 1:  # a deep step: the room it made is filled
-        return refill(best[0], ctx, plan.fill_level()), best[1]
-    return best[0], best[1]
+    # The newest output takes its room first (cut to fit, never forgotten whole), then a deep
+    # step's room is filled back with what was forgotten, both up to the fill level.
+    level = plan.fill_level() if plan.headroom < 1 else plan.budget - plan.excerpt
+    view = use_room(best[0], ctx, level)
+    if best is options[-1] and plan.headroom < 1:
+        view = refill(view, ctx, level)
+    return view, best[1]
 
 
 def _deep(
@@ -216,15 +231,17 @@ def _deep(
 ) -> tuple[list[Message], list[CompactionEvent]]:
     """The pipeline at increasing pressure, each level only while the view is over its goal.
 
-    Up to NO_KEEP_WINDOW the goal is the target, so a firing is a large step; from FORGET_ANY
-    on (what the next step needs is itself too big) only the budget less the excerpt's room,
-    so room is used."""
+    Below NO_KEEP_WINDOW the goal is the target, so a firing is a large step; the deeper levels
+    (the keep window, the working set, what the next step needs) run only while the view is
+    over the budget less the excerpt's room: the target is for growth, never worth what the
+    next step reads; after them, forgetting older steps still goes down to the target."""
     events: list[CompactionEvent] = []
     if "forget" in plan.pipeline and ctx.usage(view) > 2 * plan.budget:
         # A long history arriving at once: forget down to the budget first, rather than fold
         # thousands of outputs only to forget most of them.
         step = dataclasses.replace(ctx, target=plan.budget, options=plan.options.get("forget"))
         view, events = get("forget")(view, step)
+    deepest = 0
     for pressure in range(LAST_RESORT + 1):
         target = _goal(plan, pressure)
         if pressure and ctx.usage(view) <= target:
@@ -235,15 +252,21 @@ def _deep(
             )
             view, fired = get(name)(view, step)
             events += fired
-    if pressure == LAST_RESORT:
-        view = use_room(view, ctx, plan.budget - plan.excerpt)
+        deepest = pressure
+    if deepest >= NO_KEEP_WINDOW and "forget" in plan.pipeline and ctx.usage(view) > plan.target:
+        # The deep levels stopped at the budget; forgetting older steps (the keep window kept,
+        # now that its outputs were cut) still makes the large step that leaves room to grow.
+        options = plan.options.get("forget")
+        step = dataclasses.replace(ctx, pressure=ALL_PHASES, target=plan.target, options=options)
+        view, fired = get("forget")(view, step)
+        events += fired
     return view, events
 
 
 def _goal(plan: Plan, pressure: int) -> int:
-    """Below FORGET_ANY the target; from there on the budget less the excerpt's room, so a
-    recalled excerpt still fits when the step had to go deep."""
-    return plan.target if pressure < FORGET_ANY else plan.budget - plan.excerpt
+    """Below NO_KEEP_WINDOW the target; from there on the budget less the excerpt's room, so
+    the latest steps stay whole while they fit and a recalled excerpt still fits."""
+    return plan.target if pressure < NO_KEEP_WINDOW else plan.budget - plan.excerpt
 
 
 def _cost(before: list[Message], after: list[Message], ctx: Context, budget: int) -> float:

@@ -102,3 +102,19 @@ def first_steps(
             break
         kept.update(idx)
     return kept
+
+
+def newest_output(messages: Sequence[Message]) -> list[int]:
+    """Indexes of the tool messages that answer the newest assistant message with tool calls:
+    what the next step reads first. Forgetting leaves it alone until the last resort, and
+    whatever room a firing leaves goes to it (strategies/cut.py)."""
+    for k in range(len(messages) - 1, -1, -1):
+        msg = messages[k]
+        if msg.get("role") == "assistant" and msg.get("tool_calls"):
+            ids = {c.get("id") for c in msg["tool_calls"] if isinstance(c, dict)}
+            return [
+                i
+                for i in range(k + 1, len(messages))
+                if messages[i].get("role") == "tool" and messages[i].get("tool_call_id") in ids
+            ]
+    return []

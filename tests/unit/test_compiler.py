@@ -194,7 +194,9 @@ def test_huge_latest_tool_output_is_elided_to_its_evidence_not_refused() -> None
     latest = out.messages[-1]
     assert latest["tool_call_id"] == "c1"
     assert "AttributeError: 'Config' object has no attribute 'x'" in latest["content"]
-    assert latest["content"].startswith("[Output of tool 'sh' elided")
+    # Cut to fit the room (strategies/cut.py): head, tail, evidence, the original's ref.
+    assert latest["content"].startswith("[Output of tool 'sh' cut to fit the context window")
+    assert "INFO worker 0: connected" in latest["content"]
     assert out.budget is not None and out.tokens_compiled < 4096
     assert out.messages[:3] == body["messages"][:3]
     # A system prompt alone over the window cannot be elided: that is the client's to shorten.

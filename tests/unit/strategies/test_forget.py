@@ -75,9 +75,10 @@ def test_no_two_user_or_assistant_messages_in_a_row():
     assert not any(a == b and a in ("user", "assistant") for a, b in pairs)
 
 
-def test_a_marker_with_nowhere_to_go_follows_the_task():
+def test_a_marker_with_nowhere_to_go_leads_the_task():
     # Only the task before the latest turn: the marker cannot lead an assistant message that
-    # is not the latest one, nor stand alone between two assistant messages.
+    # is not the latest one, nor stand alone between two assistant messages. The task is the
+    # newest user message too, so the marker goes before its text, which stays last.
     history = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "task"},
@@ -96,7 +97,7 @@ def test_a_marker_with_nowhere_to_go_follows_the_task():
     )
     view = result.view
     assert view[-2:] == history[-2:]
-    assert view[1]["content"].startswith("task\n\n" + MARKER)
+    assert view[1]["content"].startswith(MARKER) and view[1]["content"].endswith("\n\ntask")
     assert [m["role"] for m in view] == ["system", "user", "assistant", "tool"]
 
 

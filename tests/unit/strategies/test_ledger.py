@@ -193,3 +193,28 @@ def test_a_near_duplicate_among_many_messages_is_carried_once() -> None:
     raw = [{"role": "user", "content": t} for t in said]
     carried = ledger.render(raw, list(range(len(raw))), 100_000)
     assert carried.count("4711") == 1 and "never push to main, use PR 4711" in carried
+
+
+def test_statements_with_a_value_a_quantity_a_date_or_a_name_outlast_small_talk() -> None:
+    """A user's statement that carries a value (an amount, a quantity or a time in words, a
+    name) stays before small talk, however plainly it is phrased."""
+    said = [
+        "The total amount was around, oh, let's say $49.99",
+        "It was posted three days ago.",
+        "I have 3 kids.",
+        "My flight to Lisbon leaves on Friday.",
+    ]
+    talk = [
+        "Thanks, that makes sense.",
+        "Oh nice, I did not know that!",
+        "Haha, fair enough.",
+        "Right, I see what you mean.",
+        "Okay, sounds good to me.",
+        "Wow, that is helpful.",
+    ]
+    raw = [{"role": "user", "content": "Let's talk about my week."}]
+    raw += [{"role": "user", "content": f"{a} {b}"} for a in talk for b in talk if a != b]
+    raw[10:10] = [{"role": "user", "content": s} for s in said]
+    carried = ledger.render(raw, list(range(1, len(raw))), 320)
+    assert "left out for room" in carried
+    assert all(s in carried for s in said), carried
