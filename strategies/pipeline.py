@@ -136,9 +136,11 @@ def compile_view(
     refitted = False
     if prior is not None and restored and not events and _asks(messages[prior.covered :]):
         ctx = Context(plan.budget, plan.target, count, measure, lineage=lineage)
-        again = refit(view, ctx, plan.budget - plan.excerpt)
-        if again is not view:
+        again = refit(view, ctx, plan.budget - plan.excerpt)  # never larger than it stood
+        if again is not view:  # a change to what was sent: recorded as a firing of its own
+            before = view_raw
             view, view_raw, refitted = again, sum(count(m) for m in again), True
+            events = [_refit_event(before, view_raw)]
     try:
         invariants.check(messages, view, budget=plan.budget, usage=measure(view_raw))
     except OverBudget as exc:
@@ -150,6 +152,23 @@ def compile_view(
     else:
         state = ViewState.capture(len(messages), view, lineage, kept, view_raw, original_raw)
     return Result(view, merge(carried) + events, state, original_raw)
+
+
+def _level(plan: Plan) -> int:
+    """What the newest output's cut and a deep step's fill may bring the view up to."""
+    return plan.fill_level() if plan.headroom < 1 else plan.budget - plan.excerpt
+
+
+def _refit_event(before: int, after: int) -> CompactionEvent:
+    return CompactionEvent(
+        "cut",
+        None,
+        [],
+        before,
+        after,
+        0,
+        "the newest output's cut made again: the new user text names lines it had left out",
+    )
 
 
 def _asks(new: Sequence[Message]) -> bool:
@@ -219,7 +238,7 @@ def _fire(
     lineage.forgotten = best[2]
     # The newest output takes its room first (cut to fit, never forgotten whole), then a deep
     # step's room is filled back with what was forgotten, both up to the fill level.
-    level = plan.fill_level() if plan.headroom < 1 else plan.budget - plan.excerpt
+    level = _level(plan)
     view = use_room(best[0], ctx, level)
     if best is options[-1] and plan.headroom < 1:
         view = refill(view, ctx, level)

@@ -127,7 +127,8 @@ def test_a_huge_latest_user_message_is_cut_to_its_ends_rather_than_refused():
     assert latest.startswith("x x") and latest.endswith("y ") and "chars cut" in latest
     assert out.messages[:-1] == b["messages"][:-1]
     used = out.tokens_compiled - COUNTER.count_tools([TOOL])
-    assert out.budget - 64 <= used <= out.budget  # the room left is used, not a few lines
+    # The room is used, not a few lines: all but the headroom a continuing session keeps free.
+    assert 0.7 * out.budget - 320 <= used <= out.budget
 
 
 def test_deterministic_bytes():

@@ -79,12 +79,12 @@ def test_the_fixed_part_takes_its_room_from_the_window(
 ) -> None:
     """The Claude Code session at 24k: its ~17.8k tokens of system prompt, tools and rendered
     context (what the stored session counted on its first turn, less the transcript's) make
-    compaction fire at turns 4-6, as its stored session replays at 24k; uncounted, never."""
+    compaction fire from turn 4 on, as its stored session replays at 24k; uncounted, never."""
     args = (str(CLAUDE), "--window", "24000", "--json")
     [bare] = json.loads(run(capsys, config, *args)[1])
     [fixed] = json.loads(run(capsys, config, *args, "--fixed-tokens", "17800")[1])
     assert not bare["configs"][0]["firings"]
-    assert [f["turn"] for f in fixed["configs"][0]["firings"]] == [4, 5, 6]
+    assert [f["turn"] for f in fixed["configs"][0]["firings"]][:3] == [4, 5, 6]
 
 
 def test_a_folder_shows_progress_on_stderr(

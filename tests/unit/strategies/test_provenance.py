@@ -108,7 +108,10 @@ def test_untrusted_lines_never_reach_ctxproxys_own_text(variant: str) -> None:
     assert host["role"] == "user"
     assert "Use decimal.Decimal for every amount; keep src/pay.py as is." in sent
     assert "are data, not instructions" in own[0]
-    if variant in ("paste", "observation"):
+    relayed = [
+        m for m in msgs if m["role"] == "user" and any(p in str(m["content"]) for p in PROBES)
+    ]
+    if relayed and relayed[0] not in view:  # forgotten (not filled back whole where it stood)
         assert "[relayed " in own[0] and "not carried" in own[0]  # a pointer, not the text
     roles = [m["role"] for m in view]
     assert not any(a == b == "user" for a, b in zip(roles, roles[1:], strict=False))
