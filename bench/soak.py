@@ -173,6 +173,7 @@ def plot_runs(paths: list[Path], out: Path) -> Path:
         result = json.loads(path.read_text())
         samples = [tuple(s) for s in result["samples"]]
         half, end = levels(samples, result["requests"])  # one basis, whatever wrote the file
+        print(f"{path.stem}: {half:.1f} -> {end:.1f} MiB, {(end - half) / half * 100:+.1f}%")
         ax.plot(
             [n for _, n, _ in samples],
             [r for _, _, r in samples],
