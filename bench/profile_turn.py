@@ -110,12 +110,13 @@ def inline_threadpool() -> None:
 
 
 async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool) -> float:
-    from proxy.app import create_app, settle_heap
+    from proxy import process
+    from proxy.app import create_app
 
     history = histories.history_for_tokens(messages, tokens)
     with tempfile.TemporaryDirectory() as tmp, database(tmp) as url:
         app = create_app(settings_for(url), transport=mock_upstream())
-        settle_heap()  # as `ctxproxy serve` does
+        process.prepare()  # as `ctxproxy serve` does
         inline_threadpool()
         async with app.router.lifespan_context(app):
             statements = Statements(app)
@@ -174,13 +175,14 @@ def agent_bodies(agent: str, turns: int, start: int) -> tuple[str, list[bytes]]:
 
 
 async def drive_agent(agent: str, turns: int, start: int, profile: bool) -> float:
-    from proxy.app import create_app, settle_heap
+    from proxy import process
+    from proxy.app import create_app
 
     path, bodies = agent_bodies(agent, turns, start)
     headers = {"content-type": "application/json"}
     with tempfile.TemporaryDirectory() as tmp, database(tmp) as url:
         app = create_app(settings_for(url), transport=mock_upstream())
-        settle_heap()  # as `ctxproxy serve` does
+        process.prepare()  # as `ctxproxy serve` does
         inline_threadpool()
         async with app.router.lifespan_context(app):
             statements = Statements(app)

@@ -4,7 +4,8 @@ Each session is an agent loop (tool call, tool output) that grows by two message
 every turn past the first few is compacted; N sessions run at once, and each, after T turns,
 is followed by a new one until R requests are done. The proxy process's RSS is sampled every
 half second; the figure that matters is its growth over the second half of the requests (it
-should level off). Writes bench/results/soak.json and soak.png. Run from the repository root:
+should level off), from the median level around half-way to the median level at the end.
+Writes bench/results/soak.json and soak.png. Run from the repository root:
 python -m bench.soak [--sessions 32 --turns 200 --requests 2000 --window 4096]
 (the quick default; --requests 6400 is the 32 × 200 shape, 20000 shows the plateau).
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import histories, loadgen, spawn, stub, tabulate
-from bench.overhead import rss_mb
+from bench.overhead import LAUNCH_AS_IS, rss_mb
 
 IDLE_S = 5.0  # s after the last answer: RSS with no request in flight
 
@@ -109,13 +110,11 @@ async def soak(target: loadgen.Target, sessions: int, turns: int, requests: int)
     # Once nothing is in flight: what the process keeps, apart from the requests' working set.
     await asyncio.sleep(IDLE_S)
     idle = rss_mb(target.server.proc.pid)
-    total = requests
-    half = next(rss for _, n, rss in samples if n >= total // 2)
-    end = samples[-1][2]
+    half, end = levels(samples, requests)
     return {
         "sessions": sessions,
         "turns": turns,
-        "requests": total,
+        "requests": requests,
         "seconds": time.monotonic() - started,
         "p50_ms": p50,
         "errors": errors,
@@ -123,9 +122,29 @@ async def soak(target: loadgen.Target, sessions: int, turns: int, requests: int)
         "rss_half_mb": half,
         "rss_end_mb": end,
         "second_half_growth_pct": (end - half) / half * 100,
+        # one sample at each end, as this bench judged before
+        "second_half_growth_pct_samples": growth_of_samples(samples, requests),
         "rss_idle_mb": idle,
         "samples": samples,
     }
+
+
+LEVEL_SHARE = 0.05  # each level: the median RSS over this share of the requests, either side
+
+
+def levels(samples: list[tuple[float, int, float]], requests: int) -> tuple[float, float]:
+    """RSS at half-way and at the end, each the median of the samples over a window of the
+    requests (a tenth of them) rather than one sample, which a request in flight can move."""
+    width = max(int(requests * LEVEL_SHARE), 1)
+    mid = [r for _, n, r in samples if abs(n - requests // 2) <= width]
+    last = [r for _, n, r in samples if n >= requests - 2 * width]
+    mid = mid or [next(r for _, n, r in samples if n >= requests // 2)]  # a run too short
+    return tabulate.median(mid), tabulate.median(last or [samples[-1][2]])
+
+
+def growth_of_samples(samples: list[tuple[float, int, float]], requests: int) -> float:
+    half = next(rss for _, n, rss in samples if n >= requests // 2)
+    return (samples[-1][2] - half) / half * 100
 
 
 def plot(result: dict[str, Any], out: Path) -> Path:
@@ -152,11 +171,14 @@ def plot_runs(paths: list[Path], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for path in paths:
         result = json.loads(path.read_text())
+        samples = [tuple(s) for s in result["samples"]]
+        half, end = levels(samples, result["requests"])  # one basis, whatever wrote the file
+        print(f"{path.stem}: {half:.1f} -> {end:.1f} MiB, {(end - half) / half * 100:+.1f}%")
         ax.plot(
-            [n for _, n, _ in result["samples"]],
-            [r for _, _, r in result["samples"]],
+            [n for _, n, _ in samples],
+            [r for _, _, r in samples],
             lw=1.5,
-            label=f"{path.stem}: {result['second_half_growth_pct']:+.1f}% over the second half",
+            label=f"{path.stem}: {(end - half) / half * 100:+.1f}% over the second half",
         )
     ax.axvline(result["requests"] / 2, color="grey", ls=":", lw=1)
     ax.set_xlabel("requests done")
@@ -174,6 +196,15 @@ def plot_runs(paths: list[Path], out: Path) -> Path:
     return out
 
 
+def start_proxy(wd: Path, upstream: spawn.Server, window: int, tree: Path | None) -> spawn.Server:
+    """`ctxproxy serve` of this tree, or of `tree` as it is."""
+    if tree is None:
+        return spawn.start_ctxproxy(wd, upstream, window=window)
+    cfg, port = spawn.ctxproxy_config(wd, upstream, window), spawn.free_port()
+    argv = [sys.executable, "-c", LAUNCH_AS_IS, "serve", "--config", str(cfg), "--port", str(port)]
+    return spawn.start("ctxproxy", argv, port, "/healthz", wd, {"PYTHONPATH": str(tree.resolve())})
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
     ap.add_argument("--sessions", type=int, default=32)
@@ -182,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--out", type=Path, default=tabulate.RESULTS, help="results folder")
     ap.add_argument("--name", default="soak", help="results file name")
+    ap.add_argument("--tree", type=Path, help="serve an older tree (as-is) instead of this one")
     ap.add_argument(
         "--plot", nargs="+", type=Path, metavar="JSON", help="only plot these results together"
     )
@@ -194,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         upstream = spawn.start_upstream(wd)
         servers.append(upstream)
-        proxy = spawn.start_ctxproxy(wd, upstream, window=args.window)
+        proxy = start_proxy(wd, upstream, args.window, args.tree)
         servers.append(proxy)
         if proxy.error:
             raise RuntimeError(proxy.error)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import logging
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -38,7 +36,7 @@ from proxy.formats import anthropic
 from proxy.http import openapi
 from proxy.http.guard import HostGuard
 from proxy.http.hot import Hot
-from proxy.http.memory import ReturnMemory, tune_malloc
+from proxy.http.memory import ReturnMemory
 from proxy.http.plain import PlainRoute
 from proxy.observe.metrics import Metrics, RequestMetrics
 from proxy.offload import hop
@@ -51,18 +49,11 @@ from proxy.upstream.windows import Windows
 from strategies import budget as caches
 
 log = logging.getLogger("ctxproxy")
-SWITCH_INTERVAL_S = 0.0005
-YOUNG_OBJECTS = 20_000  # allocations between young collections (Python's default: 700)
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Work on the thread pool (compile, hashing, storing a long history) holds the GIL
-        # between its I/O; the event loop and other requests' threads get it back within
-        # this interval (Python's default, 5 ms, queues a request for tens of ms behind it).
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-        tune_malloc()
         caches.SHARED.resize(settings.cache_mb << 20)
         store = Store(settings.database_url)
         if await hop(store.needs_upgrade):
@@ -127,17 +118,6 @@ class App(FastAPI):
         return self.hot(stack, plain, self.exception_handlers)
 
 
-def settle_heap() -> None:
-    """Before serving: what start-up made (modules, the app) lives as long as the process, so
-    the collector stops walking it, and a long history's parse (thousands of dicts) sets off
-    a collection a request rather than dozens. Each collection walked the whole heap from time
-    to time, for tens of ms, holding the GIL: the cost of a turn grew with its history and the
-    event loop stalled."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(YOUNG_OBJECTS, *gc.get_threshold()[1:])
-
-
 def app_from_env() -> FastAPI:
     """uvicorn's app factory for `ctxproxy serve --workers N`: each worker process reads the
     settings from $CTXPROXY_CONFIG (or ./config.yaml) and CTXPROXY_* variables."""
@@ -146,8 +126,10 @@ def app_from_env() -> FastAPI:
 
     settings = load_settings()
     configure_logging(settings.log_level)
+    from proxy import process
+
     app = create_app(settings)
-    settle_heap()
+    process.prepare()
     return app
 
 

@@ -137,11 +137,14 @@ class RecallSettings(_Strict):
 
 
 class LimitsSettings(_Strict):
-    """Slow clients (proxy/http/slow.py): deadlines for a request's head and body, and a cap
-    on open connections (lowered to the file descriptors the process has)."""
+    """Slow clients (proxy/http/slow.py): deadlines for a request's head and body, a floor on
+    a body's rate after a grace, and a cap on open connections (lowered to the file
+    descriptors the process has) that closes the slowest to make room."""
 
     head_timeout_s: float = Field(10.0, gt=0)
     body_timeout_s: float = Field(120.0, gt=0)
+    body_grace_s: float = Field(5.0, gt=0)
+    body_min_bytes_per_s: float = Field(1024.0, gt=0)
     max_connections: int = Field(4096, ge=16)
 
 

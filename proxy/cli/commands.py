@@ -214,7 +214,8 @@ def serve_forever(
 def _serve(settings: Settings, host: str, port: int, workers: int, config: str | None) -> int:
     import uvicorn
 
-    from proxy.app import create_app, settle_heap
+    from proxy import process
+    from proxy.app import create_app
     from proxy.cli import startup
     from proxy.http import slow
 
@@ -231,7 +232,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int, config: str |
     }
     if workers == 1:
         app = create_app(settings)
-        settle_heap()
+        process.prepare()
         uvicorn.run(app, **options)
         return 0
     if config:  # worker processes inherit the environment: point them at the same file

@@ -95,30 +95,57 @@ def chat_openapi() -> dict[str, Any]:
     return {"requestBody": body}
 
 
+# How deep a body's JSON may nest (the body itself is level 1). Every later step that walks a
+# body (hashing, encoding, storing, converting) recurses, some with several frames a level;
+# this keeps them all far from Python's recursion limit. No API's request needs a tenth of it.
+MAX_DEPTH = 128
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
-    """The body as a dict. orjson first (several times faster); whatever it refuses or might
-    read differently (an integer past 64 bits it would make a float) takes the standard
-    parser, whose checks and messages decide."""
+    """The body as a dict, no deeper than MAX_DEPTH. orjson first (several times faster);
+    whatever it refuses or might read differently (an integer past 64 bits it would make a
+    float) takes the standard parser, whose checks and messages decide."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return _parse_json_std(raw)
     if long_number(raw):  # a run of 19 digits may be an integer past 64 bits
         return _parse_json_std(raw)
+    return _checked(data)
+
+
+def _checked(data: Any) -> dict[str, Any]:
+    """`data` if it is an object no deeper than MAX_DEPTH: checked before anything walks it,
+    by a walk a level at a time, with no recursion of its own."""
     if not isinstance(data, dict):
         raise BadRequest("The request body must be a JSON object")
-    return data
+    level: list[Any] = [data]
+    for _ in range(MAX_DEPTH):
+        level = [
+            v
+            for node in level
+            for v in (node.values() if isinstance(node, dict) else node)
+            if isinstance(v, (dict, list))
+        ]
+        if not level:
+            return data
+    raise _too_deep()
+
+
+def _too_deep() -> BadRequest:
+    return BadRequest(
+        f"Invalid JSON body: nested deeper than {MAX_DEPTH} levels", code="json_too_deep"
+    )
 
 
 def _parse_json_std(raw: bytes) -> dict[str, Any]:
     try:
         data = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
-        raise BadRequest("Invalid JSON body: nested too deeply") from None
+        raise _too_deep() from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadRequest(f"Invalid JSON body: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadRequest("The request body must be a JSON object")
+    data = _checked(data)
     if b"\\ud" in raw.lower() and not _is_valid_unicode(data):
         raise BadRequest("Invalid JSON body: a string holds an unpaired UTF-16 surrogate")
     return data

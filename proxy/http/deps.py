@@ -8,9 +8,11 @@ import hmac
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
+from starlette.requests import ClientDisconnect
 
 from proxy import sizes
 from proxy.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType
+from proxy.exchange.disconnect import ClientClosed
 from proxy.exchange.observing import RAW_BODY
 from proxy.formats.chat import parse_json
 from proxy.offload import hop
@@ -71,11 +73,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"Request body is over the {limit}-byte limit")
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone mid-body (or closed as too slow): an answer no one reads
+        raise ClientClosed("The client closed its connection while sending the body") from None
     return b"".join(chunks)
 
 

@@ -6,13 +6,13 @@ block is freed, so the next big ones come from the heap too): without a trim, RS
 peak of the largest request ever served. The trim runs on a worker thread a moment after the
 request (one for a burst of them), never on the request's own path.
 
-Ordinary traffic frees memory too, in holes the heap cannot give back from its top: in a soak
-of 6,400 turns the heap held 172 MB free beside 141 MB in use. So blocks of 128 KB and more are
-mapped on their own (the threshold fixed, as glibc's own default, instead of rising to 32 MB),
-and every 64 MB of request bodies garbage is collected and the heaps trimmed, on a worker
-thread. A trim alone was not enough: in the soak, memory freed only by a collection (cycles)
-climbed 40-100 MiB over a session generation's last turns and stayed after the requests ended;
-with the collection the second half is flat (-6.4% at 6,400 turns, bench/figures).
+Ordinary traffic frees memory too, in holes the heap cannot give back from its top: over a
+long soak the heap held more free than in use. So blocks of 128 KB and more are mapped on
+their own (the threshold fixed, as glibc's own default, instead of rising to 32 MB; set by
+`ctxproxy serve`, proxy/process.py), and every 64 MB of request bodies garbage is collected
+and the heaps trimmed, on a worker thread. A trim alone was not enough: memory freed only by
+a collection (cycles) climbed over a session generation's last turns and stayed after the
+requests ended.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _MALLOPT = _glibc("mallopt")
 
 
 def tune_malloc() -> None:
-    """Large blocks mapped on their own (see the module); once, at start."""
+    """Large blocks mapped on their own (see the module); once, at start, by `serve`."""
     if _MALLOPT is not None:
         _MALLOPT(M_MMAP_THRESHOLD, MMAP_BYTES)
 

@@ -3,7 +3,8 @@ no other request waits long behind one write: a prefix is a valid history whatev
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar, overload
 
 from proxy import sizes
 from proxy.store import history, writes
@@ -29,25 +30,54 @@ def store_ahead(
     if len(messages) <= sizes.AHEAD_FROM:
         return 0
     with writer.engine.connect() as conn:  # a long history that only grew: nothing to do
-        done = history.longest_stored_prefix(conn, session_id, chain)[0] + 1
-    if len(messages) - done <= sizes.AHEAD_FROM:
+        stored = history.longest_stored_prefix(conn, session_id, chain)
+    if len(messages) - (stored[0] + 1) <= sizes.AHEAD_FROM:
         return 0
-    while done + AHEAD < last:
+    while stored[0] + 1 + AHEAD < last:
 
-        def work(conn: Direct, done: int = done) -> tuple[int, int]:
+        def work(conn: Direct, stored: tuple[int, int | None] = stored) -> tuple[int, Stored]:
             now = utcnow()
             row = writes.session_row(session_id, source, model, now, key_id)
             insert_ignore(conn, SessionRow, [row])
             new = 0
-            while done + AHEAD < last:
-                done += AHEAD
-                new += history.extend(
-                    conn, session_id, messages[:done], raw[:done], now, chain[:done]
-                )[1]
+            while (done := stored[0] + 1) + AHEAD < last:
+                # Each slice is a view, and the prefix stored so far is known: a step costs
+                # what it adds, not the history before it.
+                end = done + AHEAD
+                entry, added = history.extend(
+                    conn, session_id, Head(messages, end), Head(raw, end), now,
+                    Head(chain, end), stored,
+                )  # fmt: skip
+                new, stored = new + added, (end - 1, entry)
                 if writer.contended():
                     break
-            return new, done
+            return new, stored
 
-        new, done = writer.run_core(work)
+        new, stored = writer.run_core(work)
         added += new
     return added
+
+
+Stored = tuple[int, int | None]  # a stored prefix: its last position and entry id
+T = TypeVar("T")
+
+
+class Head(Sequence[T]):
+    """The first `n` items of a list, without copying them."""
+
+    def __init__(self, items: Sequence[T], n: int) -> None:
+        self.items, self.n = items, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        if isinstance(i, slice):
+            return self.items[slice(*i.indices(self.n))]
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        return self.items[i % self.n]

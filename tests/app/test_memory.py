@@ -147,3 +147,20 @@ def test_a_history_of_very_many_messages_fills_no_cache(
     many = history(2, 40, chars=100)  # 81 small messages (~20 KB): none kept
     assert chat(proxy, many).status_code == 200
     assert stats(proxy)["used_bytes"] == kept
+
+
+def test_an_app_leaves_the_interpreter_as_it_found_it(
+    settings_for: Callable[..., Settings],
+) -> None:
+    """create_app and its lifespan change no interpreter setting: that is `serve`'s choice
+    (proxy/process.py), made before it serves."""
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from proxy.app import create_app
+
+    before = sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()
+    with TestClient(create_app(settings_for()), base_url=LOCAL) as client:
+        assert client.get("/healthz").status_code == 200
+        assert (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()) == before

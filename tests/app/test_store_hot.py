@@ -86,3 +86,33 @@ def test_a_long_history_that_branches_near_its_end_stores_only_its_new_tail(
         store.close()
     assert stored is not None
     assert [m.message for m in stored.messages] == history[:1_208]
+
+
+def test_a_long_new_history_is_stored_ahead_without_looking_up_each_slice(
+    tmp_path: Path,
+) -> None:
+    """Stored ahead a slice at a time, each slice goes on from the one before: the stored
+    prefix is looked up once for the history, not once a slice (so a step's cost is what it
+    adds, whatever came before it), and the whole history is stored."""
+    from sqlalchemy import event
+
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    lookups: list[str] = []
+
+    def trace(statement: str) -> None:  # every statement, the driver's cursor's too
+        if statement.lstrip().upper().startswith("SELECT") and "FROM entries" in statement:
+            lookups.append(statement)
+
+    event.listen(store.engine, "connect", lambda conn, _: conn.set_trace_callback(trace))
+    store.upgrade()
+    history = [{"role": "user", "content": f"m{i}"} for i in range(5_000)]
+    try:
+        ref = store.record_request(new_request("s", history))
+        stored = store.get_history("s")
+    finally:
+        store.close()
+    assert ref.new_messages == 5_000
+    assert stored is not None and [m.message for m in stored.messages] == history
+    # 49 slices of 100: each reads back the ids of the entries it added, nothing more (on
+    # main, 199: each slice also looked the stored prefix up again).
+    assert len(lookups) <= 49 + 10, len(lookups)

@@ -53,6 +53,18 @@ def test_soak_samples_rss_and_plots_it(tmp_path: Path) -> None:
     assert (tmp_path / "soak.png").stat().st_size > 0
 
 
+def test_soak_judges_the_median_level_not_one_sample(tmp_path: Path) -> None:
+    """A spike in the last sample (a request in flight) moves neither level."""
+    samples = [[i * 0.5, i * 10, 100.0 + (i % 2)] for i in range(101)]  # 100-101 MiB, flat
+    samples[-1] = [50.0, 1000, 160.0]
+    run_json = tmp_path / "spiky.json"
+    fields = {"requests": 1000, "sessions": 2, "turns": 500, "window": 4096}
+    run_json.write_text(json.dumps({**fields, "samples": samples}))
+    out = run("bench.soak", "--plot", str(run_json), "--out", str(tmp_path))
+    figure = float(out.split("MiB, ")[1].split("%")[0])
+    assert abs(figure) < 2, out
+
+
 def test_scaling_runs_on_a_short_session(tmp_path: Path) -> None:
     out = run("bench.scaling", "--quick", "--out", str(tmp_path))
     assert "DB bytes per byte of unique content" in out

@@ -304,18 +304,24 @@ def nested(depth: int) -> str:
         (b'{"model": "echo", "messages": [{"role": "user", "content": "hi"}], "top_p": NaN}', 400),
         (b'{"model": "echo", "messages": [{"role": "user", "content": "hi"}], "n": Infinity}', 400),
         (b'{"model": "echo", "messages": ' + nested(50_000).encode() + b"}", 400),
-        # Deep but within what JSON parsers take: an unknown field passes through untouched.
+        # Deep but within the depth limit (128): an unknown field passes through untouched.
         (
             b'{"model": "echo", "messages": [{"role": "user", "content": "hi"}], "x": '
-            + nested(500).encode()
+            + nested(100).encode()
             + b"}",
             200,
         ),
         (
             b'{"model": "echo", "messages": [{"role": "user", "content": "hi", "x": '
-            + nested(500).encode()
+            + nested(100).encode()
             + b"}]}",
             200,
+        ),
+        (
+            b'{"model": "echo", "messages": [{"role": "user", "content": "hi"}], "x": '
+            + nested(500).encode()
+            + b"}",
+            400,
         ),
     ],
 )
