@@ -38,6 +38,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def postgres_server() -> Iterator[None]:
+    """Stops the embedded PostgreSQL at the end if a test started it (proxy/testing/postgres.py)."""
+    from proxy.testing.postgres import stop_embedded
+
+    yield
+    stop_embedded()
+
+
 @pytest.fixture(scope="session")
 def scripted_server() -> Iterator[tuple[Script, ServerThread]]:
     script = Script()
