@@ -16,16 +16,19 @@ from tests.agents.clis import Scene
 from tests.agents.install import Unavailable, ensure_aider, ensure_npm
 from tests.agents.repo import make_repo
 
-RUNS = pytest.StashKey[list[dict[str, Any]]]()
+RUN = "agent_cli_run"  # the user property a test's CLI runs travel in (across xdist workers too)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.stash[RUNS] = []
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: Any) -> None:
     """One line per CLI run: what a reader of the CI log wants to see at a glance."""
-    runs = config.stash.get(RUNS, [])
+    reports = [r for rs in terminalreporter.stats.values() for r in rs if hasattr(r, "when")]
+    runs = [
+        run
+        for r in reports
+        if r.when == "teardown"
+        for name, run in r.user_properties
+        if name == RUN
+    ]
     if runs:
         terminalreporter.write_sep("-", "agent CLI runs through ctxproxy")
         for run in runs:
@@ -33,8 +36,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 @pytest.fixture
-def record(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    return request.config.stash[RUNS]
+def record(request: pytest.FixtureRequest) -> Iterator[list[dict[str, Any]]]:
+    runs: list[dict[str, Any]] = []
+    yield runs
+    request.node.user_properties.extend((RUN, run) for run in runs)
 
 
 @pytest.fixture(scope="session")
