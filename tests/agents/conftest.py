@@ -16,30 +16,14 @@ from tests.agents.clis import Scene
 from tests.agents.install import Unavailable, ensure_aider, ensure_npm
 from tests.agents.repo import make_repo
 
-RUN = "agent_cli_run"  # the user property a test's CLI runs travel in (across xdist workers too)
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """One line per CLI run: what a reader of the CI log wants to see at a glance."""
-    reports = [r for rs in terminalreporter.stats.values() for r in rs if hasattr(r, "when")]
-    runs = [
-        run
-        for r in reports
-        if r.when == "teardown"
-        for name, run in r.user_properties
-        if name == RUN
-    ]
-    if runs:
-        terminalreporter.write_sep("-", "agent CLI runs through ctxproxy")
-        for run in runs:
-            terminalreporter.write_line("  ".join(f"{k}={v}" for k, v in run.items()))
+AGENT_RUN = "agent_cli_run"  # tests/conftest.py prints these at the end of the run
 
 
 @pytest.fixture
 def record(request: pytest.FixtureRequest) -> Iterator[list[dict[str, Any]]]:
     runs: list[dict[str, Any]] = []
     yield runs
-    request.node.user_properties.extend((RUN, run) for run in runs)
+    request.node.user_properties.extend((AGENT_RUN, run) for run in runs)
 
 
 @pytest.fixture(scope="session")
