@@ -12,7 +12,8 @@ import json
 import random
 from typing import Any
 
-from bench import histories, stub
+from bench import stub
+from proxy.testing import histories
 
 CLAUDE_TOOLS = 24
 CODEX_TOOLS = 10
@@ -60,7 +61,9 @@ def claude_base(session: str, system_tokens: int = 20_000) -> dict[str, Any]:
         ],
         "tools": claude_tools(),
         "metadata": {"user_id": f"user_bench_account__session_{session}"},
-        "messages": [{"role": "user", "content": [{"type": "text", "text": histories.TASK}]}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": histories.SESSION_TASK}]}
+        ],
     }
 
 
@@ -122,7 +125,7 @@ def codex_session(session: str, turns: int, instructions_tokens: int = 8_000) ->
             {
                 "type": "message",
                 "role": "user",
-                "content": [{"type": "input_text", "text": histories.TASK}],
+                "content": [{"type": "input_text", "text": histories.SESSION_TASK}],
             }
         ],
     }

@@ -32,8 +32,9 @@ from typing import Any
 
 import httpx
 
-from bench import histories, tabulate
 from bench import sessions as s
+from bench import tabulate
+from proxy.testing import histories
 
 TOOL_NAMES = [
     "Task", "Bash", "Glob", "Grep", "LS", "ExitPlanMode", "Read", "Edit", "MultiEdit", "Write",

@@ -4,11 +4,12 @@ Cold: fresh TokenCounter, empty elision caches, no stored state (a session's fir
 Next turn: the previous turn (two messages shorter) was compiled and its state is handed back,
 as the store does in a running proxy. Repeat: the same request again with its own state (a
 retry). Every run gets a freshly parsed copy of the body, as a request would.
-Run from the repository root: python -m bench.compile_bench
+Run from the repository root: python -m bench.compile_bench [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import statistics
@@ -30,6 +31,9 @@ TRACE = (
 )
 
 
+WINDOWS = (262_144, 131_072, 65_536)
+
+
 def output(rnd: random.Random, n: int) -> str:
     kind = rnd.random()
     if kind < 0.75:  # command output: a few dozen lines
@@ -44,13 +48,13 @@ def output(rnd: random.Random, n: int) -> str:
     return "\n".join(lines)
 
 
-def history(seed: int = 1) -> list[dict]:
+def history(seed: int = 1, steps: int = 499) -> list[dict]:
     rnd = random.Random(seed)
     msgs = [
         {"role": "system", "content": "You are a careful coding agent."},
         {"role": "user", "content": "Fix the failing database connection test."},
     ]
-    for n in range(499):
+    for n in range(steps):
         cid = f"call_{n}"
         args = json.dumps({"cmd": f"pytest tests/test_db.py -k case_{n} -x"})
         msgs.append(
@@ -94,8 +98,12 @@ def next_turn(body: dict, previous: dict, counter: TokenCounter, window: int) ->
     return timed(body, counter, window, before.state)[0]
 
 
-def main(runs: int = 7) -> None:
-    msgs = history()
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.compile_bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="40 steps, one run, small windows")
+    args = ap.parse_args(argv)
+    runs, steps, windows = (1, 40, (16_384, 8_192, 4_096)) if args.quick else (7, 499, WINDOWS)
+    msgs = history(steps=steps)
     body, previous = {"messages": msgs}, {"messages": msgs[:-2]}
     total = TokenCounter().count_messages(msgs)
     print(
@@ -106,7 +114,7 @@ def main(runs: int = 7) -> None:
         f"{'window':>8}  {'tokens in -> out':<19} {'passes':<24} {'cold ms':>8} "
         f"{'next turn ms':>13} {'repeat ms':>10} {'cold/next':>9}"
     )
-    for window in (262_144, 131_072, 65_536):
+    for window in windows:
         counter = TokenCounter()
         c = statistics.median(cold(body, window) for _ in range(runs))
         n = statistics.median(next_turn(body, previous, counter, window) for _ in range(runs))

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import histories, loadgen, peer_proxies, procmem, spawn, stub, tabulate
+from bench import loadgen, peer_proxies, procmem, spawn, stub, tabulate
+from proxy.testing import histories
 
 SIZES = {"8k": (20, 8_000), "150k": (400, 150_000)}
 TINY = {"tiny": (6, 400)}
@@ -311,7 +312,7 @@ async def growth(proxy: loadgen.Target, direct: loadgen.Target, plan: Plan, bar:
     checkpoint; at each checkpoint, `growth_turns` timed turns of +2 messages each."""
     last = plan.growth[-1]
     lines = _lines_for(last, plan.growth_tokens)
-    task = {"role": "user", "content": f"{histories.TASK} (growth {next(_COUNTER)})"}
+    task = {"role": "user", "content": f"{histories.SESSION_TASK} (growth {next(_COUNTER)})"}
 
     def history(m: int) -> dict[str, Any]:
         msgs = histories.agent_history(m, lines)
@@ -393,7 +394,7 @@ STALL_LIMIT_S = 90
 
 def huge_by_messages(n: int) -> dict[str, Any]:
     msgs = histories.agent_history(n, 1)
-    msgs[1] = {"role": "user", "content": f"{histories.TASK} (huge {next(_COUNTER)})"}
+    msgs[1] = {"role": "user", "content": f"{histories.SESSION_TASK} (huge {next(_COUNTER)})"}
     return {"model": stub.MODEL, "messages": msgs}
 
 
@@ -403,7 +404,7 @@ def huge_by_bytes(size: int) -> dict[str, Any]:
     lines = max(1, size // (steps * 75))  # ~75 bytes a line, then corrected once
     got = len(json.dumps(histories.agent_history(2 + 2 * steps, lines)))
     msgs = histories.agent_history(2 + 2 * steps, max(1, round(lines * size / got)))
-    msgs[1] = {"role": "user", "content": f"{histories.TASK} (huge {next(_COUNTER)})"}
+    msgs[1] = {"role": "user", "content": f"{histories.SESSION_TASK} (huge {next(_COUNTER)})"}
     return {"model": stub.MODEL, "messages": msgs}
 
 

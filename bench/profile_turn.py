@@ -25,7 +25,8 @@ from typing import Any
 
 import httpx
 
-from bench import histories, spawn, stub
+from bench import spawn, stub
+from proxy.testing import histories
 
 POSTGRES: str | None = None  # an admin URL: run on a fresh database beside it (--postgres)
 
@@ -130,7 +131,7 @@ async def drive(turns: int, messages: int, tokens: int, kind: str, profile: bool
                 def body(i: int) -> bytes:
                     if kind == "new":
                         msgs = list(history)
-                        msgs[1] = {"role": "user", "content": f"{histories.TASK} ({i})"}
+                        msgs[1] = {"role": "user", "content": f"{histories.SESSION_TASK} ({i})"}
                     else:
                         nxt = {"role": "user", "content": f"next {i}"}
                         msgs = [*history, answer, nxt]

@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import histories, loadgen, spawn, stub, tabulate
-from proxy.store.request import NewRequest
+from bench import loadgen, spawn, stub, tabulate
+from proxy.testing import histories
+from proxy.testing.records import finish_turn, new_request
 
 CHECKPOINTS = [10, 20, 50, 100, 200, 300, 500, 750, 1000, 1250, 1500, 1750, 2000]
 QUICK_CHECKPOINTS = [10, 20, 30, 40]
@@ -100,33 +101,17 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
     clear_caches()
     warm_up = [{"role": "system", "content": "warm-up"}, *histories.agent_history(12)[1:]]
     ref = store.record_request(
-        NewRequest(
-            session_id="warm-up",
-            source="header",
-            messages=warm_up,
+        new_request(
+            "warm-up",
+            warm_up,
             request={},
             model=stub.MODEL,
             upstream="bench",
-            stream=False,
-            compiled=warm_up,
             tokens_original=0,
             tokens_compiled=0,
-            budget=None,
-            window=None,
-            pipeline=[],
-            events=[],
         )
     )  # one-time costs (imports, SQL statement compilation) are not the session's
-    store.finish_exchange(
-        ref,
-        status=200,
-        latency_ms=0.0,
-        ttft_ms=None,
-        response=warm_up[-2],
-        partial=False,
-        usage=None,
-        error=None,
-    )
+    finish_turn(store, ref, warm_up[-2])
     compile_request({"messages": warm_up}, window=window, settings=settings, counter=counter)
     per_turn: list[dict[str, float]] = []
     points: list[dict[str, Any]] = []
@@ -154,14 +139,13 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
             compiled.state, compiled.factor, compiled.raw_prompt, compiled.tokens_original
         )
         ref = store.record_request(
-            NewRequest(
-                session_id=key.id,
+            new_request(
+                key.id,
+                parsed["messages"],
                 source=key.source,
-                messages=parsed["messages"],
                 request={},
                 model=stub.MODEL,
                 upstream="bench",
-                stream=False,
                 compiled=compiled.messages,
                 tokens_original=compiled.tokens_original,
                 tokens_compiled=compiled.tokens_compiled,
@@ -175,15 +159,8 @@ def in_process(last: int, checkpoints: list[int], window: int, wd: Path, bar: An
         )
         t3 = time.perf_counter()
         answer = histories.assistant_step(sum(1 for m in msgs if m["role"] == "tool"))
-        store.finish_exchange(
-            ref,
-            status=200,
-            latency_ms=0.0,
-            ttft_ms=None,
-            response=answer,
-            partial=False,
-            usage={"prompt_tokens": compiled.tokens_compiled, "completion_tokens": 9},
-            error=None,
+        finish_turn(
+            store, ref, answer, {"prompt_tokens": compiled.tokens_compiled, "completion_tokens": 9}
         )
         t4 = time.perf_counter()
         per_turn.append(

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import histories, loadgen, spawn, stub, tabulate
+from bench import loadgen, spawn, stub, tabulate
 from bench.overhead import LAUNCH_AS_IS, rss_mb
+from proxy.testing import histories
 
 IDLE_S = 5.0  # s after the last answer: RSS with no request in flight
 
@@ -29,8 +30,8 @@ IDLE_S = 5.0  # s after the last answer: RSS with no request in flight
 def session_start(session: int) -> list[dict[str, Any]]:
     """Session `session`'s first request: its own task."""
     return [
-        {"role": "system", "content": histories.SYSTEM},
-        {"role": "user", "content": f"{histories.TASK} (session {session})"},
+        {"role": "system", "content": histories.SESSION_SYSTEM},
+        {"role": "user", "content": f"{histories.SESSION_TASK} (session {session})"},
     ]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from proxy.store import Store
 from proxy.store.digest import hash_messages
-from proxy.testing.records import new_request
+from proxy.testing.records import finish_turn, new_request
 
 RECORD: list[float] = []  # wall seconds of each record_request: what the upstream call waits for
 
@@ -35,16 +35,7 @@ def turn(store: Store, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ref = store.record_request(new)
     RECORD.append(time.perf_counter() - start)
     answer = {"role": "assistant", "content": f"answer {len(messages)}"}
-    store.finish_exchange(
-        ref,
-        status=200,
-        latency_ms=1.0,
-        ttft_ms=None,
-        response=answer,
-        partial=False,
-        usage={"prompt_tokens": 10, "completion_tokens": 2},
-        error=None,
-    )
+    finish_turn(store, ref, answer, usage={"prompt_tokens": 10, "completion_tokens": 2})
     return [*messages, answer, {"role": "user", "content": f"next {len(messages)}"}]
 
 

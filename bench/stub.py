@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from bench.histories import assistant_step
+from proxy.testing.histories import assistant_step
 
 MODEL = "bench"
 _STREAM = re.compile(rb'"stream"\s*:\s*true')

@@ -21,8 +21,9 @@ from typing import Any
 
 import psutil
 
-from bench import histories, loadgen, overhead_agents, peer_proxies, spawn, tabulate
+from bench import loadgen, overhead_agents, peer_proxies, spawn, tabulate
 from bench import overhead as o
+from proxy.testing import histories
 
 PROFILES = ("claude", "codex", "8k", "tiny", "growth-20", "growth-2000")
 # Issue 31's growth figure: the overhead benchmark's session at its first and last size.

@@ -22,8 +22,30 @@ hypothesis_settings.register_profile("ctxproxy", deadline=None)
 hypothesis_settings.load_profile("ctxproxy")
 
 
+# The user property tests/agents records each CLI run in: reports reach the controller from
+# xdist's workers, a worker's state does not; and only this conftest is loaded there.
+AGENT_RUN = "agent_cli_run"
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say plainly when the viewer's browser tests did not run, and how to run them."""
+    """Say plainly when the viewer's browser tests did not run, and how to run them; then one
+    line per agent CLI run, what a reader of the CI log wants to see at a glance."""
+    browser_skips(terminalreporter)
+    reports = [r for rs in terminalreporter.stats.values() for r in rs if hasattr(r, "when")]
+    runs = [
+        run
+        for r in reports
+        if r.when == "teardown"
+        for name, run in r.user_properties
+        if name == AGENT_RUN
+    ]
+    if runs:
+        terminalreporter.write_sep("-", "agent CLI runs through ctxproxy")
+        for run in runs:
+            terminalreporter.write_line("  ".join(f"{k}={v}" for k, v in run.items()))
+
+
+def browser_skips(terminalreporter: Any) -> None:
     skipped = [
         r for r in terminalreporter.stats.get("skipped", []) if BROWSER_MISSING in str(r.longrepr)
     ]
@@ -36,6 +58,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             "chromium-driver` (Debian, Ubuntu), then run scripts/test again. scripts/test "
             "installs them itself where apt-get needs no password."
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def postgres_server() -> Iterator[None]:
+    """Stops the embedded PostgreSQL at the end if a test started it (proxy/testing/postgres.py)."""
+    from proxy.testing.postgres import stop_embedded
+
+    yield
+    stop_embedded()
 
 
 @pytest.fixture(scope="session")

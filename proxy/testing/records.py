@@ -1,10 +1,15 @@
-"""A request record as tests and benchmarks store it directly, without the app in front."""
+"""A request record as tests and benchmarks store it directly, without the app in front, and its
+exchange closed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.store.request import NewRequest
+
+if TYPE_CHECKING:
+    from proxy.store import Store
+    from proxy.store.views import RequestRef
 
 
 def new_request(session_id: str, messages: list[dict[str, Any]], **fields: Any) -> NewRequest:
@@ -28,3 +33,22 @@ def new_request(session_id: str, messages: list[dict[str, Any]], **fields: Any) 
         "decided": None,
     }
     return NewRequest(**(values | fields))
+
+
+def finish_turn(
+    store: Store,
+    ref: RequestRef,
+    answer: dict[str, Any],
+    usage: dict[str, Any] | None = None,
+) -> None:
+    """Close `ref`'s exchange with a whole 200 answer, as the app does after a turn upstream."""
+    store.finish_exchange(
+        ref,
+        status=200,
+        latency_ms=1.0,
+        ttft_ms=None,
+        response=answer,
+        partial=False,
+        usage=usage,
+        error=None,
+    )

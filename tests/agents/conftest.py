@@ -16,25 +16,14 @@ from tests.agents.clis import Scene
 from tests.agents.install import Unavailable, ensure_aider, ensure_npm
 from tests.agents.repo import make_repo
 
-RUNS = pytest.StashKey[list[dict[str, Any]]]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.stash[RUNS] = []
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """One line per CLI run: what a reader of the CI log wants to see at a glance."""
-    runs = config.stash.get(RUNS, [])
-    if runs:
-        terminalreporter.write_sep("-", "agent CLI runs through ctxproxy")
-        for run in runs:
-            terminalreporter.write_line("  ".join(f"{k}={v}" for k, v in run.items()))
+AGENT_RUN = "agent_cli_run"  # tests/conftest.py prints these at the end of the run
 
 
 @pytest.fixture
-def record(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    return request.config.stash[RUNS]
+def record(request: pytest.FixtureRequest) -> Iterator[list[dict[str, Any]]]:
+    runs: list[dict[str, Any]] = []
+    yield runs
+    request.node.user_properties.extend((AGENT_RUN, run) for run in runs)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.store import Store
-from proxy.store.request import NewRequest
+from proxy.testing.records import new_request
 from strategies.messages import message_hash, original_ref
 
 LOCAL = "http://localhost"  # the Host a local client sends; TestClient's own is refused
@@ -47,10 +47,9 @@ def fill(store: Store) -> dict[str, Any]:
             compiled[1] = folded
             events = [EVENT]
         ref = store.record_request(
-            NewRequest(
-                session_id="agent",
-                source="header",
-                messages=list(history),
+            new_request(
+                "agent",
+                list(history),
                 request={"model": "llama", "messages": history, "max_tokens": 64},
                 model="llama",
                 upstream="local",
@@ -81,21 +80,15 @@ def fill(store: Store) -> dict[str, Any]:
         )
         history.append(answer)
     store.record_request(
-        NewRequest(
-            session_id="other",
+        new_request(
+            "other",
+            [{"role": "user", "content": "hi"}],
             source="fingerprint",
-            messages=[{"role": "user", "content": "hi"}],
             request={"model": "llama"},
             model="llama",
             upstream="local",
-            stream=False,
-            compiled=[{"role": "user", "content": "hi"}],
             tokens_original=5,
             tokens_compiled=5,
-            budget=None,
-            window=None,
-            pipeline=[],
-            events=[],
         )
     )
     return {"history": history, "folded": folded}

@@ -9,7 +9,7 @@ import pytest
 
 from proxy.cli import commands as cli
 from proxy.store import Store
-from proxy.store.request import NewRequest
+from proxy.testing.records import new_request
 
 EVENTS = [
     {"strategy": "traceback", "phase": None, "tokens_before": 900, "tokens_after": 400},
@@ -32,15 +32,14 @@ def filled(config: Path, tmp_path: Path) -> None:
     for turn in range(3):
         history.append({"role": "user", "content": f"turn {turn}"})
         ref = store.record_request(
-            NewRequest(
-                session_id="agent-7",
+            new_request(
+                "agent-7",
+                list(history),
                 source="path",
-                messages=list(history),
                 request={"model": "qwen"},
                 model="qwen",
                 upstream="local",
                 stream=True,
-                compiled=list(history),
                 tokens_original=1200 * (turn + 1),
                 tokens_compiled=900,
                 budget=1000,
@@ -133,21 +132,18 @@ def test_sessions_shows_retries_and_refusals_apart(
     }
     for status, error in ((502, {"code": "upstream_unavailable"}), (400, refused), (400, refused)):
         ref = store.record_request(
-            NewRequest(
-                session_id="retried",
-                source="header",
-                messages=history,
+            new_request(
+                "retried",
+                history,
                 request={"model": "qwen"},
                 model="qwen",
                 upstream="local",
-                stream=False,
                 compiled=[] if status == 400 else history,
                 tokens_original=5000,
                 tokens_compiled=4500,
                 budget=3000,
                 window=4096,
                 pipeline=["tiered"],
-                events=[],
             )
         )
         store.finish_exchange(
@@ -215,21 +211,17 @@ def test_sessions_shows_the_cache_and_what_observe_mode_would_have_saved(
         [{"cached_tokens": 0}, {"cached_tokens": 300, "cache_cause": "firing", "cache_lost": 700}]
     ):
         ref = store.record_request(
-            NewRequest(
-                session_id="watched",
-                source="header",
-                messages=list(history),
+            new_request(
+                "watched",
+                list(history),
                 request={"model": "qwen"},
                 model="qwen",
                 upstream="local",
-                stream=False,
-                compiled=list(history),
                 tokens_original=3000,
                 tokens_compiled=1000,
                 budget=1500,
                 window=2048,
                 pipeline=["tiered"],
-                events=[],
                 observed=True,
                 cache_expected=300 if turn else None,
                 cache_previous=1000 if turn else None,

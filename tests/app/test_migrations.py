@@ -16,8 +16,8 @@ import migrations
 from proxy.cli.commands import main
 from proxy.store import Store
 from proxy.store.models import Base
-from proxy.store.request import NewRequest
 from proxy.testing.postgres import postgres_database
+from proxy.testing.records import new_request
 
 TABLES = {
     "sessions",
@@ -71,24 +71,7 @@ def test_upgrading_a_current_database_keeps_its_data(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'kept.db'}")
     store.upgrade()
     msgs = [{"role": "user", "content": "remember me"}]
-    store.record_request(
-        NewRequest(
-            session_id="s1",
-            source="header",
-            messages=msgs,
-            request={},
-            model="m",
-            upstream="u",
-            stream=False,
-            compiled=msgs,
-            tokens_original=3,
-            tokens_compiled=3,
-            budget=None,
-            window=None,
-            pipeline=[],
-            events=[],
-        )
-    )
+    store.record_request(new_request("s1", msgs, request={}, tokens_original=3, tokens_compiled=3))
     store.close()
     again = Store(f"sqlite:///{tmp_path / 'kept.db'}")
     again.upgrade()

@@ -4,26 +4,13 @@ writes its JSON and plot. No peers and no network: only ctxproxy and the scripte
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.smoke import run
+
 pytestmark = pytest.mark.bench
-
-
-def run(module: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return done.stdout
 
 
 def test_overhead_runs_on_a_tiny_history(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.smoke import run
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.bench
 
@@ -37,3 +39,20 @@ def test_quality_runs_on_a_tiny_corpus(tmp_path: Path) -> None:
     assert rows["traceback+tiered"]["validity"] == 1.0
     assert 0 <= rows["traceback+tiered"]["recall"] <= 1
     assert (tmp_path / "out" / "quality.png").stat().st_size > 0
+
+
+def test_keep_scores_planted_and_misleading_sessions() -> None:
+    args = ("--seeds", "1", "--windows", "2048", "--agent-windows", "4096", "--peers", "")
+    out = run("bench.keep", *args, "--methods", "default")
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| default |")]
+    assert len(rows) == 3, out  # chat-only, agentic, misleading
+    for row in rows:
+        assert [cell.strip() for cell in row[6:9]] == ["0", "0", "0"], row  # refused, over, invalid
+        assert 0 <= float(row[3]) <= 1
+
+
+def test_claude_code_runs_a_short_messages_session(tmp_path: Path) -> None:
+    out = run("bench.claude_code", "--quick", "--modes", "translated", "--out", str(tmp_path))
+    row = next(line.split() for line in out.splitlines() if line.startswith("4,000 "))
+    assert row[2] == "translated" and row[4:7] == ["0", "0", "0"], out  # refused, over, errors
+    assert (tmp_path / "claude_code.json").stat().st_size > 0

@@ -15,8 +15,8 @@ import pytest
 
 from proxy.store import Store
 from proxy.store.heartbeat import Liveness
-from proxy.store.request import NewRequest
 from proxy.testing.postgres import postgres_database
+from proxy.testing.records import new_request
 
 HOST = socket.gethostname()
 
@@ -38,21 +38,12 @@ def a_dead_pid() -> int:
 
 def open_exchange(store: Store, sid: str, progress: str | None) -> None:
     ref = store.record_request(
-        NewRequest(
-            session_id=sid,
-            source="header",
-            messages=[{"role": "user", "content": "hi"}],
-            request={"model": "m"},
-            model="m",
-            upstream="u",
+        new_request(
+            sid,
+            [{"role": "user", "content": "hi"}],
             stream=True,
-            compiled=[{"role": "user", "content": "hi"}],
             tokens_original=1,
             tokens_compiled=1,
-            budget=None,
-            window=None,
-            pipeline=[],
-            events=[],
         )
     )
     if progress is not None:

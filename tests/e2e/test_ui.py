@@ -19,7 +19,7 @@ from proxy.api import ui
 from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.store import Store
-from proxy.store.request import NewRequest
+from proxy.testing.records import new_request
 from proxy.testing.servers import ServerThread
 from proxy.ui.compare import align, diff
 from strategies.messages import message_hash
@@ -353,15 +353,12 @@ def seed_session(url: str, session: str, phases: list[list[str]], first: str) ->
             for p in fired
         ]
         ref = store.record_request(
-            NewRequest(
-                session_id=session,
-                source="header",
-                messages=list(history),
+            new_request(
+                session,
+                list(history),
                 request={"model": "qwen"},
                 model="qwen",
                 upstream="local",
-                stream=False,
-                compiled=list(history),
                 tokens_original=2000 * (i + 1),
                 tokens_compiled=1500 + 100 * i,
                 budget=6000,

@@ -13,7 +13,7 @@ from proxy.formats.chat import chat_head, parse_chat, parse_json
 from proxy.sizes import AHEAD_FROM
 from proxy.store import Store
 from proxy.store.digest import hash_messages
-from proxy.store.request import NewRequest
+from proxy.testing.records import new_request
 from strategies.messages import canonical_json, content_key, message_hash
 
 ODD_MESSAGES: list[dict[str, Any]] = [
@@ -101,21 +101,12 @@ def test_a_long_new_history_is_stored_whole_and_in_order(tmp_path: Path) -> None
     messages = [{"role": "user" if i % 2 else "assistant", "content": f"m{i}"} for i in range(n)]
     messages[0] = {"role": "system", "content": "s"}
     ref = store.record_request(
-        NewRequest(
-            session_id="long",
-            source="header",
-            messages=messages,
+        new_request(
+            "long",
+            messages,
             request={},
-            model="m",
-            upstream="u",
-            stream=False,
-            compiled=messages,
             tokens_original=1,
             tokens_compiled=1,
-            budget=None,
-            window=None,
-            pipeline=[],
-            events=[],
             hashes=hash_messages(messages),
         )
     )
@@ -125,22 +116,7 @@ def test_a_long_new_history_is_stored_whole_and_in_order(tmp_path: Path) -> None
     assert [m.message for m in history.messages] == messages
     grown = [*messages, {"role": "assistant", "content": "next"}]
     again = store.record_request(
-        NewRequest(
-            session_id="long",
-            source="header",
-            messages=grown,
-            request={},
-            model="m",
-            upstream="u",
-            stream=False,
-            compiled=grown,
-            tokens_original=1,
-            tokens_compiled=1,
-            budget=None,
-            window=None,
-            pipeline=[],
-            events=[],
-        )
+        new_request("long", grown, request={}, tokens_original=1, tokens_compiled=1)
     )
     assert (again.seq, again.new_messages) == (2, 1)
     store.close()
