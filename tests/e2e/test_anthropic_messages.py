@@ -280,9 +280,11 @@ def test_native_forwarding_keeps_untouched_messages_byte_exact(
     assert sent["messages"][0]["content"].startswith(history[0]["content"] + "\n\n[ctxproxy: ")
     assert "earlier messages" in json.dumps(sent["messages"][0])
     assert sent["messages"][-3] == history[-2]  # thinking, unknown fields, cache_control
-    # Its log was folded: the message is rebuilt, the result and the text apart.
+    # Its log, the newest output, was cut to fit (never forgotten whole): the message is
+    # rebuilt, the result and the text apart, and the cut names its original.
     assert sent["messages"][-2]["content"][0]["tool_use_id"] == "toolu_039"
-    assert "folded" in sent["messages"][-2]["content"][0]["content"]
+    cut = sent["messages"][-2]["content"][0]["content"]
+    assert "cut to fit" in cut and "ctxproxy_recall original: /messages/" in cut
     assert sent["messages"][-1] == {"role": "user", "content": "what now?"}
     kept = [m for m in sent["messages"] if m in history]
     assert len(kept) < len(sent["messages"]) <= len(history)  # some were compacted

@@ -173,7 +173,7 @@ BAD_CALLS: list[tuple[Any, str, str]] = [
 def test_every_bad_call_is_a_tool_result(
     start_proxy, settings_for, upstream_url: str, script: Script, stream: bool
 ) -> None:
-    window = {"context_window": 8000}  # room for all eight calls (a window too small: above)
+    window = {"context_window": 12000}  # room for all eight calls (a window too small: above)
     proxy = recall_proxy(start_proxy, settings_for, upstream_url, upstream=window)
     calls = [args for args, _, _ in BAD_CALLS]
     text = answer(proxy, history(recall_calls(calls)), stream, "recall")
