@@ -126,7 +126,21 @@ def kept_in_latest(compiled: Message, original: Message) -> bool:
     if isinstance(content, str) and _lines_kept(content, original):
         return True
     sent = original.get("content")
-    return _marker_after(content, sent) or _marker_before(content, sent)
+    if _marker_after(content, sent) or _marker_before(content, sent):
+        return True
+    # A forget marker before a text that was itself folded or cut: that text judged alone.
+    return isinstance(content, str) and any(
+        kept_in_latest({**compiled, "content": rest}, original) for rest in _after_marker(content)
+    )
+
+
+def _after_marker(content: str) -> list[str]:
+    """What may follow a leading forget marker: the text after each of its paragraph breaks."""
+    if not content.startswith(MARKER):
+        return []
+    parts = content.split("\n\n")
+    rests = ("\n\n".join(parts[i:]) for i in range(1, len(parts)))
+    return [r for r in rests if r and not r.startswith(MARKER)]
 
 
 ELIDED = ("[Output of tool ", "[User message elided", "[User message folded")

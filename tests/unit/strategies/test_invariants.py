@@ -64,3 +64,24 @@ def test_gate_raises_over_budget_with_figures():
     with pytest.raises(OverBudget) as info:
         check(history, history, budget=10, usage=25)
     assert (info.value.needed, info.value.budget) == (25, 10)
+
+
+def test_a_marker_may_lead_a_latest_user_paste_folded_to_its_evidence() -> None:
+    """A long session whose newest user message is a pasted CI log: forgetting leads it with
+    the marker (the question stays last), and a deep step folds the paste to its evidence."""
+    from strategies.compact import MARKER
+
+    paste = "Here is last night's CI log:\n" + "\n".join(f"line {i}" for i in range(300))
+    original = [
+        {"role": "user", "content": "Fix the tests."},
+        {"role": "assistant", "content": "On it."},
+        {"role": "user", "content": paste},
+    ]
+    marker = f"{MARKER} 1 earlier message was omitted.]\n\nWork done: ran pytest."
+    folded = "[User message folded to its evidence]\nE   ValueError: unsupported currency"
+    led = {"role": "user", "content": f"{marker}\n\n{folded}"}
+    check_valid(original, [original[0], original[1], led])
+    # The marker with any other text in place of the user's is still a changed message.
+    changed = {"role": "user", "content": f"{marker}\n\nSomething the user never wrote."}
+    with pytest.raises(InvariantError, match="changed the latest"):
+        check_valid(original, [original[0], original[1], changed])
