@@ -11,6 +11,7 @@ or assistant text names (a JSON output stays valid JSON), with the ref of the or
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from strategies.calls import call_of
 from strategies.context import Context
@@ -29,7 +30,6 @@ from strategies.working_set import newest_output
 LABEL = "cut"
 MIN_GAIN = 32  # tokens: less spare room than this is not worth a new form
 NAMES_FROM = 2000  # characters of each naming text read for its names
-MAX_LEVEL = 64  # items per JSON array a form may keep, at most
 KEEPS = (None, LABEL, "forget")  # raw, cut already, or a marker's host: left as they are
 
 
@@ -120,7 +120,7 @@ def _longest(
         ref = f"ctxproxy_recall original: {original_ref(raw)}"
         best = _search(
             lambda level: with_content(raw, json_form(value, text, names, level, ref)),
-            1, MAX_LEVEL, rest, ctx, budget,
+            1, _widest(value), rest, ctx, budget,
         )  # fmt: skip
         if best is not None:
             return best
@@ -139,6 +139,18 @@ def _longest(
         lambda chars: with_content(raw, text_form(text, names, chars, note, note_first=first)),
         0, len(text), rest, ctx, budget,
     )  # fmt: skip
+
+
+def _widest(value: Any) -> int:
+    """The most items of any array or fields of any object in `value`: past it, a JSON form
+    keeps everything, so the search for the longest form that fits stops there."""
+    widest, stack = 1, [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict | list):
+            widest = max(widest, len(v))
+            stack.extend(v.values() if isinstance(v, dict) else v)
+    return widest
 
 
 def _search(
