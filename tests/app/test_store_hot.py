@@ -7,23 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from proxy.store import Store
-from proxy.testing.records import new_request
+from proxy.testing.records import finish_turn, new_request
 
 
 def turn(store: Store, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     new = new_request("s", messages)
     ref = store.record_request(new)
     answer = {"role": "assistant", "content": f"answer {len(messages)} " + "x" * 2000}
-    store.finish_exchange(
-        ref,
-        status=200,
-        latency_ms=1.0,
-        ttft_ms=None,
-        response=answer,
-        partial=False,
-        usage={"prompt_tokens": 7},
-        error=None,
-    )
+    finish_turn(store, ref, answer, usage={"prompt_tokens": 7})
     return [*messages, answer, {"role": "user", "content": f"next {len(messages)}"}]
 
 
@@ -68,16 +59,7 @@ def test_a_long_history_that_branches_near_its_end_stores_only_its_new_tail(
             assert ref.new_messages == n - previous
             previous = n
             turn_answer = {"role": "assistant", "content": f"answer {n}"}
-            store.finish_exchange(
-                ref,
-                status=200,
-                latency_ms=1.0,
-                ttft_ms=None,
-                response=turn_answer,
-                partial=False,
-                usage=None,
-                error=None,
-            )
+            finish_turn(store, ref, turn_answer)
         assert store.delete_session("s")
         ref = store.record_request(new_request("s", history[:1_208]))  # the hint is stale now
         assert ref.new_messages == 1_208
