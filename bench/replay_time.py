@@ -56,7 +56,7 @@ def stored(url: str, turns: int) -> None:
     its pytest output, as an agent sends them (uncompacted: only the replay compiles)."""
     from proxy.store import Store
     from proxy.testing.histories import agent_turn
-    from proxy.testing.records import new_request
+    from proxy.testing.records import finish_turn, new_request
 
     store = Store(url)
     store.upgrade()
@@ -64,16 +64,7 @@ def stored(url: str, turns: int) -> None:
     for t in range(turns):
         messages = messages + agent_turn(t)
         ref = store.record_request(new_request("long", messages, window=32768))
-        store.finish_exchange(
-            ref,
-            status=200,
-            latency_ms=1.0,
-            ttft_ms=None,
-            response=None,
-            partial=False,
-            usage=None,
-            error=None,
-        )
+        finish_turn(store, ref, None)
     store.close()
 
 

@@ -13,8 +13,8 @@ from proxy.http.access import Viewer, ViewerDep, audit_viewer
 from proxy.http.deps import ServicesDep
 from proxy.offload import hop
 from proxy.recall import tool as recall
+from proxy.recall.refs import stored_message
 from proxy.store import (
-    AmbiguousPrefix,
     ExchangeDetail,
     ExchangePage,
     History,
@@ -131,17 +131,7 @@ async def get_message(ref: str, services: ServicesDep, viewer: ViewerDep) -> Sto
     name their originals this way."""
     if not HASH_PREFIX.fullmatch(ref):
         raise BadRequest("A message reference is 12 to 64 hex characters", param="hash")
-    try:
-        found = await hop(services.store.get_message, ref, viewer.key_id)
-    except AmbiguousPrefix:
-        raise BadRequest(
-            f"'{ref}' is the prefix of several messages; give more of the hash",
-            param="hash",
-            code="ambiguous_hash",
-        ) from None
-    if found is None:
-        raise NotFound(f"No stored message '{ref}'", param="hash")
-    return found
+    return await hop(stored_message, services.store, ref, viewer.key_id, param="hash")
 
 
 @router.delete(

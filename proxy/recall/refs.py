@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import BadRequest, NotFound
-from proxy.store import AmbiguousPrefix, Store
+from proxy.store import AmbiguousPrefix, Store, StoredMessage
 
 MAX_REF = 200  # characters: the longest ref any view writes is a 64-hex hash or a span
 _HASH = r"/messages/([0-9a-fA-F]{12,64})"
@@ -119,14 +119,21 @@ def resolve(store: Store, text: str, key_id: str | None, session_id: str | None)
 
 
 def _by_hash(store: Store, digest: str, key_id: str | None) -> Item:
+    found = stored_message(store, digest, key_id, param="ref")
+    return Item(None, f"/messages/{found.hash}", found.message)
+
+
+def stored_message(store: Store, digest: str, key_id: str | None, *, param: str) -> StoredMessage:
+    """The stored message a hash or unique prefix names, among `key_id`'s sessions (all of
+    them for None); a 400 for an ambiguous prefix, a 404 for none, naming `param`."""
     try:
         found = store.get_message(digest, key_id)
     except AmbiguousPrefix:
         raise BadRequest(
             f"'{digest}' is the prefix of several messages; give more of the hash",
-            param="ref",
+            param=param,
             code="ambiguous_hash",
         ) from None
     if found is None:
-        raise NotFound(f"No stored message '{digest}'", param="ref")
-    return Item(None, f"/messages/{found.hash}", found.message)
+        raise NotFound(f"No stored message '{digest}'", param=param)
+    return found

@@ -38,7 +38,7 @@ def new_request(session_id: str, messages: list[dict[str, Any]], **fields: Any) 
 def finish_turn(
     store: Store,
     ref: RequestRef,
-    answer: dict[str, Any],
+    answer: dict[str, Any] | None,
     usage: dict[str, Any] | None = None,
 ) -> None:
     """Close `ref`'s exchange with a whole 200 answer, as the app does after a turn upstream."""
