@@ -85,6 +85,16 @@ def _command(arguments: Any) -> str:
 
 
 @text_cache()
+def shell_words(command: str) -> tuple[str, ...] | None:
+    """The command line split as a POSIX shell would (`shlex.split`), None for an unclosed
+    quote. Cached: a forget marker's work record reads every forgotten call at each firing."""
+    try:
+        return tuple(shlex.split(command))
+    except ValueError:
+        return None
+
+
+@text_cache()
 def viewing_command(command: str) -> bool:
     """Every step of the command line (split at `&&`, `;`, `|`) shows content or is neutral,
     and at least one shows content."""

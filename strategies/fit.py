@@ -18,6 +18,7 @@ from typing import Any
 from strategies.elide import MAX_PLAIN_LINE, render
 from strategies.evidence import ranked
 from strategies.ledger import CONCRETE
+from strategies.memo import text_cache
 
 NAMED_SHARE = 0.4  # of a form's characters, at most, for the named lines and their context
 EVIDENCE_SHARE = 0.15  # for error evidence lines
@@ -81,15 +82,25 @@ def text_form(
     lines = text.split("\n")
     if len(lines) < 3:
         return _chars_form(text, chars, note, note_first)
+    named, evidence = _orders(text, tuple(names))
     keep: set[int] = set()
-    used = _take(lines, _around(named_lines(lines, names), len(lines)), keep, NAMED_SHARE * chars)
-    used += _take(lines, ranked(lines), keep, used + EVIDENCE_SHARE * chars)
+    used = _take(lines, named, keep, NAMED_SHARE * chars)
+    used += _take(lines, evidence, keep, used + EVIDENCE_SHARE * chars)
     rest = chars - used
     used += _take(lines, range(len(lines)), keep, used + rest * (1 - TAIL_SHARE))
     _take(lines, range(len(lines) - 1, -1, -1), keep, chars)
     body = render(lines, keep, [False] * len(lines))
     lead = 0 if note_first else next(i for i in range(len(lines) + 1) if i not in keep)
     return "\n".join([*body[:lead], note(len(keep), len(lines)), *body[lead:]])
+
+
+@text_cache()
+def _orders(text: str, names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The named lines with their context, and the evidence lines, in the order a form takes
+    them. Cached: the search for the longest form that fits asks for each size it tries."""
+    lines = text.split("\n")
+    named = _around(named_lines(lines, names), len(lines))
+    return tuple(named), tuple(ranked(lines))
 
 
 def _around(order: list[int], n: int) -> list[int]:

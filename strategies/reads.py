@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from strategies.calls import COMMAND_KEYS, calls_by_id
+from strategies.calls import COMMAND_KEYS, calls_by_id, shell_words
 from strategies.context import Context
 from strategies.messages import Message
 
@@ -82,9 +81,8 @@ def _shell(command: str) -> tuple[str, list[str]] | None:
     if "apply_patch" in command or "*** Begin Patch" in command:
         paths = _patched({"patch": command})
         return ("edit", paths) if paths else None
-    try:
-        words = shlex.split(command)
-    except ValueError:
+    words = shell_words(command)
+    if words is None:
         return None
     if not words or any(w in ("&&", "||", ";", "|") for w in words):
         return None

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from strategies.calls import shell_words
 from strategies.evidence import bears_failure
+from strategies.memo import text_cache
 from strategies.messages import Message, iterations, text_of, tool_calls
 
 PATH_ARGS = ("path", "file_path", "filename", "file", "notebook_path", "target_file")
@@ -80,10 +81,7 @@ def action(name: str, args: dict[str, Any]) -> tuple[str, str]:
 
 def _shell(cmd: str) -> tuple[str, str]:
     """A simple file read or removal as such; anything else is a command that ran."""
-    try:
-        words = shlex.split(cmd)
-    except ValueError:
-        words = []
+    words = shell_words(cmd) or ()
     simple = words and not any(c in cmd for c in "|;&><`$")
     if simple and words[0] in READ_CMDS and len(words) > 1 and not words[-1].startswith("-"):
         return "read", words[-1]
@@ -92,8 +90,10 @@ def _shell(cmd: str) -> tuple[str, str]:
     return "ran", cmd
 
 
+@text_cache()
 def outcome(output: str) -> str:
-    """Passed/failed counts and exit status, read as numbers; else whether a failure shows."""
+    """Passed/failed counts and exit status, read as numbers; else whether a failure shows.
+    Cached: a forget marker's work record reads every forgotten output at each firing."""
     tail = output[-4000:]
     parts = []
     lines = [ln for ln in tail.split("\n") if COUNTS.search(ln)]
