@@ -38,6 +38,11 @@ def _clip(text: str, limit: int = ARG_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _name(call: dict[str, Any]) -> str:
+    fn = call.get("function")
+    return str(fn.get("name", "?")) if isinstance(fn, dict) else "?"
+
+
 def _args(call: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     fn = call.get("function") if isinstance(call.get("function"), dict) else {}
     raw = fn.get("arguments") if isinstance(fn, dict) else None
@@ -45,8 +50,22 @@ def _args(call: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         args = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
         args = None
-    name = str(fn.get("name", "?")) if isinstance(fn, dict) else "?"
-    return name, args if isinstance(args, dict) else {}
+    return _name(call), args if isinstance(args, dict) else {}
+
+
+def _call_action(call: dict[str, Any]) -> tuple[str, str]:
+    """action() of a call; by its JSON arguments from memory (a work record reads every
+    forgotten call at each firing)."""
+    fn = call.get("function")
+    raw = fn.get("arguments") if isinstance(fn, dict) else None
+    if isinstance(raw, str):
+        return _action_by_json(raw, _name(call))
+    return action(*_args(call))
+
+
+@text_cache()
+def _action_by_json(arguments: str, name: str) -> tuple[str, str]:
+    return action(*_args({"function": {"name": name, "arguments": arguments}}))
 
 
 def action(name: str, args: dict[str, Any]) -> tuple[str, str]:
@@ -118,8 +137,7 @@ def work_record(raw: Sequence[Message], forgotten: Sequence[int]) -> str:
     used: dict[str, list[str]] = {}
     for i in sorted(forgotten):
         for call in tool_calls(raw[i]):
-            name, args = _args(call)
-            verb, obj = action(name, args)
+            verb, obj = _call_action(call)
             step = iters[i]
             if verb == "read":
                 reads[_clip(obj)] = step
@@ -172,9 +190,9 @@ def current_plan(raw: Sequence[Message], forgotten: Sequence[int]) -> str:
 
 def _plan_of(msg: Message) -> str:
     for call in reversed(tool_calls(msg)):
-        name, args = _args(call)
-        if not PLAN_TOOLS.search(name):
+        if not PLAN_TOOLS.search(_name(call)):
             continue
+        _, args = _args(call)
         items = args.get("todos") or args.get("plan")
         if isinstance(items, list):
             return "; ".join(_item(x) for x in items if _item(x))
