@@ -276,12 +276,21 @@ def _start_proxy(
             config[key] = cfg[key]
     (wd / "config.yaml").write_text(json.dumps(config))
     port = spawn.free_port()
-    argv = [sys.executable, "-m", "proxy.cli.commands", "serve", "--config", "config.yaml"]
-    env = {"PYTHONPATH": str(code or tabulate.ROOT.parent)}
+    root = code or tabulate.ROOT.parent
+    argv = [sys.executable, "-m", cli_module(root), "serve", "--config", "config.yaml"]
+    env = {"PYTHONPATH": str(root)}
     server = spawn.start("ctxproxy", [*argv, "--port", str(port)], port, "/healthz", wd, env=env)
     if server.error:
         raise RuntimeError(server.error)
     return server
+
+
+def cli_module(root: Path) -> str:
+    """The tree's own command: proxy/cli/commands.py now, proxy/cli.py in older trees (the
+    previous default's)."""
+    return (
+        "proxy.cli.commands" if (root / "proxy" / "cli" / "commands.py").exists() else "proxy.cli"
+    )
 
 
 def prefix_reuse(prompts: list[str]) -> float:
