@@ -21,10 +21,17 @@ from proxy.errors import BadRequest, NotFound
 from proxy.store import AmbiguousPrefix, Store, StoredMessage
 
 MAX_REF = 200  # characters: the longest ref any view writes is a 64-hex hash or a span
+# A position of more digits than any history has is past its end: read as BEYOND, it never
+# reaches int() (which refuses 4,300+ digits), range() or the database.
+MAX_DIGITS = 18
+BEYOND = 10**MAX_DIGITS
 _HASH = r"/messages/([0-9a-fA-F]{12,64})"
 _SPAN = r"history:(\d{1,18})(?:-(\d{1,18}))?"
-# As a URL path carries it, the leading slash may go; the bare hash is taken too.
-_REF = re.compile(rf"/?messages/([0-9a-fA-F]{{12,64}})|{_SPAN}|([0-9a-fA-F]{{12,64}})")
+# As a URL path or a model's call carries it: the leading slash may go, a prefix of 8 hex
+# characters is taken, spaces may stand around the dash; the bare hash is taken too.
+_REF = re.compile(
+    r"/?messages/([0-9a-fA-F]{8,64})|history:(\d+)(?:\s*-\s*(\d+))?|([0-9a-fA-F]{12,64})"
+)
 _NAMED = re.compile(rf"{_HASH}|{_SPAN}")
 # The forget marker's list of what it left out (strategies/forget.py: marker_text).
 _MARKER_SPANS = re.compile(r"history positions ((?:\d+(?:-\d+)?|…)(?:, (?:\d+(?:-\d+)?|…))*)")
@@ -69,18 +76,27 @@ class Retrieved:
         return out
 
 
-def parse(text: str) -> Ref:
-    """A ref in any form a view names it; a clear 400 for anything else."""
-    given = text.strip()
-    m = _REF.fullmatch(given) if len(given) <= MAX_REF else None
+def read(text: str) -> Ref | None:
+    """A ref in any form a view names it, None for anything else: the one reading of refs,
+    for /v1/retrieve, `ctxproxy mcp` and the ctxproxy_recall tool."""
+    m = _REF.fullmatch(text.strip())
     if m is None:
-        shown = given[:80] + ("…" if len(given) > 80 else "")
-        raise BadRequest(f"'{shown}' is not a ref: refs are {FORMS}", param="ref")
+        return None
     digest, first, last, bare = m.groups()
     if digest or bare:
         return Ref((digest or bare).lower())
-    a, b = int(first), int(last or first)
+    a, b = (int(x) if len(x.lstrip("0")) <= MAX_DIGITS else BEYOND for x in (first, last or first))
     return Ref(None, min(a, b), max(a, b))
+
+
+def parse(text: str) -> Ref:
+    """A ref in any form a view names it; a clear 400 for anything else."""
+    given = text.strip()
+    ref = read(given) if len(given) <= MAX_REF else None
+    if ref is None:
+        shown = given[:80] + ("…" if len(given) > 80 else "")
+        raise BadRequest(f"'{shown}' is not a ref: refs are {FORMS}", param="ref")
+    return ref
 
 
 def named_in(text: str) -> list[str]:

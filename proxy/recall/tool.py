@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.recall import units
+from proxy.recall import refs, units
 from proxy.recall.search import BadQuery, Deadline, Search, compile_query
 from proxy.store import ExchangeDetail
 
@@ -47,10 +46,6 @@ DEFINITION: dict[str, Any] = {
     },
 }
 
-# Digits are bounded where they are read: a position of more digits than any history has is
-# past its end, and never reaches int() (which refuses 4,300+ digits) or range().
-_REF = re.compile(r"^\s*(?:/messages/([0-9a-fA-F]{8,64})|history:(\d+)(?:\s*-\s*(\d+))?)\s*$")
-MAX_DIGITS = 9
 MAX_ARGUMENTS = 8000  # characters of a call's arguments read at all: a call is far shorter
 
 
@@ -159,18 +154,16 @@ def _bad(why: str) -> Recalled:
 def _by_ref(
     ref: str, messages: Sequence[dict[str, Any]], hashes: Sequence[str], limit: int
 ) -> tuple[str, str]:
-    m = _REF.fullmatch(ref.strip())
-    if m is None:
+    named = refs.read(ref)
+    if named is None:
         return (
             f'[ctxproxy_recall: "{ref[:80]}" is not a ref; refs look like "/messages/<id>" or '
             '"history:<position>". To search, pass "query" instead.]',
             "bad_call",
         )
-    digest, first, last = m.groups()
     positions: Sequence[int]
-    if digest:
-        digest = digest.lower()
-        found = [i for i, h in enumerate(hashes) if h.startswith(digest)]
+    if named.digest is not None:
+        found = [i for i, h in enumerate(hashes) if h.startswith(named.digest)]
         if not found:
             return (
                 f"[ctxproxy_recall: no message {ref.strip()[:80]} in this conversation.]",
@@ -178,7 +171,7 @@ def _by_ref(
             )
         positions = found[-1:]  # the same message twice is the same text: give the newest
     else:
-        positions = _clamped(first, last or first, len(messages))
+        positions = range(named.first, min(named.last, len(messages) - 1) + 1)
         if not positions:
             return (
                 f"[ctxproxy_recall: the conversation has positions 0-{len(messages) - 1}; "
@@ -192,14 +185,6 @@ def _by_ref(
         if size > limit:  # the rest could not be shown anyway
             break
     return "\n\n".join(parts), "ok"
-
-
-def _clamped(first: str, last: str, length: int) -> range:
-    """Positions first-last (either order) that the history has; a number of more digits
-    than MAX_DIGITS is past any end, and is never turned into an int."""
-    a, b = (int(x) if len(x.lstrip("0")) <= MAX_DIGITS else length for x in (first, last))
-    a, b = min(a, b), max(a, b)
-    return range(a, min(b, length - 1) + 1)
 
 
 def _by_query(

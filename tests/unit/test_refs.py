@@ -47,6 +47,9 @@ def test_placeholder_and_ledger_refs_name_the_message_by_its_hash() -> None:
         ("abcdef012345", refs.Ref("abcdef012345")),
         (" history:12 ", refs.Ref(None, 12, 12)),
         ("history:9-3", refs.Ref(None, 3, 9)),
+        ("history:3 - 9", refs.Ref(None, 3, 9)),  # as a model may write it in a recall call
+        ("/messages/abcdef01", refs.Ref("abcdef01")),  # the shortest prefix recall takes
+        ("history:0-" + "9" * 100, refs.Ref(None, 0, refs.BEYOND)),  # past any end
     ],
 )
 def test_every_form_parses(text: str, ref: refs.Ref) -> None:
@@ -61,7 +64,6 @@ def test_every_form_parses(text: str, ref: refs.Ref) -> None:
         "history:x",
         "/messages/abc",
         "history:1-2-3",
-        "history:" + "9" * 19,
         "a" * 50_000,
     ],
 )
