@@ -234,7 +234,8 @@ def _with_ledger(kept: list[Message], lineage: Lineage, ctx: Context) -> list[Me
     bare = _place_marker(list(kept), lineage, ctx, head)
     used = ctx.usage(bare)
     room = min(max(_ledger_cap(ctx), ctx.target - used), ctx.budget - used) - LEDGER_SLACK
-    held = ledger.words_of(" ".join(text_of(m) or "" for m in kept))
+    # Word by message, each from memory: the union is the words of their join.
+    held = frozenset().union(*(ledger.words_of(text_of(m) or "") for m in kept))
     carried = ledger.render(lineage.raw, forgotten, room, _text_tokens(ctx), held)
     if not carried:
         return bare

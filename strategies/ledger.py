@@ -183,6 +183,7 @@ def _stated(sentence: str) -> list[str]:
     return [*QUANTITY.findall(sentence), *WHEN.findall(sentence)]
 
 
+@text_cache()
 def words_of(text: str) -> frozenset[str]:
     return frozenset(w for w in _WORD.findall(text.lower()) if w not in STOP and len(w) > 1)
 

@@ -15,7 +15,7 @@ OVERHEAD = 128  # per entry: its key tuple, the result's shell and the budget's 
 def _size(value: Any) -> int:
     if isinstance(value, str):
         return 49 + len(value)
-    if isinstance(value, tuple):
+    if isinstance(value, tuple | frozenset):
         return 64 + sum(_size(v) for v in value)
     return 64
 
