@@ -38,7 +38,7 @@ SHARES = (0.25, 0.5)
 class Work:
     encoded: int = 0  # texts tiktoken encoded (a token count that missed every cache)
     chars: int = 0  # their characters
-    checks: int = 0  # invariants.check_valid calls
+    checks: int = 0  # validity checks of a view (invariants.Gate.check)
     calls: int = 0  # Python function calls (cProfile's count)
     digests: dict[str, str] = field(default_factory=dict)
 
@@ -46,7 +46,7 @@ class Work:
 @contextmanager
 def counted(work: Work) -> Iterator[None]:
     """Count tiktoken's encodes and the validity checks while inside."""
-    text, check = TokenCounter.text, invariants.check_valid
+    text, check = TokenCounter.text, invariants.Gate.check
 
     def counting_text(self: TokenCounter, t: str) -> int:
         work.encoded += 1
@@ -58,12 +58,12 @@ def counted(work: Work) -> Iterator[None]:
         check(*args)
 
     TokenCounter.text = counting_text  # type: ignore[method-assign]
-    invariants.check_valid = counting_check
+    invariants.Gate.check = counting_check  # type: ignore[method-assign]
     try:
         yield
     finally:
         TokenCounter.text = text  # type: ignore[method-assign]
-        invariants.check_valid = check
+        invariants.Gate.check = check  # type: ignore[method-assign]
 
 
 def digest(view: list[dict]) -> str:

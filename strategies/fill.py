@@ -105,7 +105,7 @@ def _checked(lineage: Lineage, view: list[Message], level: int, ctx: Context) ->
     if ctx.usage(view) > level:
         return None
     try:
-        invariants.check_valid(lineage.raw, view)
+        lineage.once("gate", lambda: invariants.Gate(lineage.raw)).check(view)
     except InvariantError:
         return None
     return view

@@ -6,6 +6,7 @@ makes sure compaction never adds a problem the client did not send.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections import Counter
 from collections.abc import Sequence
@@ -69,30 +70,67 @@ def final_turn(messages: Sequence[Message]) -> int:
     return sum(1 for it in iters if it == iters[-1]) if iters else 0
 
 
+class Gate:
+    """The validity checks against one original history, what they read of it read once: a
+    fill checks many candidate views against the same history."""
+
+    def __init__(self, original: Sequence[Message]) -> None:
+        self.original = original
+
+    @functools.cached_property
+    def _pairing(self) -> Counter[str]:
+        return pairing_problems(self.original)
+
+    @functools.cached_property
+    def _prompts(self) -> list[Message]:
+        return _prompts(self.original)
+
+    @functools.cached_property
+    def _latest(self) -> list[Message]:
+        """The latest turn, as sent."""
+        k = final_turn(self.original)
+        return list(self.original[len(self.original) - k :])
+
+    @functools.cached_property
+    def _sent(self) -> list[Message]:
+        return _users(self.original)[-1:]
+
+    @functools.cached_property
+    def _clashes(self) -> set[str]:
+        return _clashes(self.original)
+
+    def check(self, compiled: Sequence[Message]) -> None:
+        """Raise InvariantError if `compiled` adds a problem the original did not have."""
+        original = self.original
+        same = len(original) == len(compiled)
+        if same and all(map(operator.is_, original, compiled)):
+            return  # nothing was compacted, so nothing can have been broken
+        added = pairing_problems(compiled)
+        added = added and added - self._pairing
+        if added:
+            raise InvariantError(f"compaction broke tool-call pairing: {sorted(added)}")
+        if _prompts(compiled) != self._prompts:
+            raise InvariantError("compaction changed or moved a system/developer message")
+        if original and original[0].get("role") in PROMPT_ROLES and compiled[:1] != original[:1]:
+            raise InvariantError("the first system/developer message is not first any more")
+        k = len(self._latest)
+        latest = zip(compiled[len(compiled) - k :], self._latest, strict=True)
+        if len(compiled) < k or not all(kept_in_latest(c, o) for c, o in latest):
+            raise InvariantError("compaction changed the latest turn")
+        sent = self._sent
+        # The latest user message, or (a marker standing alone in the user's voice after it,
+        # or an empty one that hosts the marker: the two look alike) the last user message.
+        now = [_users(compiled)[-1:], [m for m in compiled if m.get("role") == "user"][-1:]]
+        if not any(len(n) == len(sent) and all(map(kept_in_latest, n, sent)) for n in now):
+            raise InvariantError("compaction changed the latest user message")
+        if clashes := _clashes(compiled) - self._clashes:
+            raise InvariantError(
+                f"compaction put two {sorted(clashes)[0]} messages next to each other"
+            )
+
+
 def check_valid(original: Sequence[Message], compiled: Sequence[Message]) -> None:
-    same = len(original) == len(compiled)
-    if same and all(map(operator.is_, original, compiled)):
-        return  # nothing was compacted, so nothing can have been broken
-    added = pairing_problems(compiled)
-    added = added and added - pairing_problems(original)
-    if added:
-        raise InvariantError(f"compaction broke tool-call pairing: {sorted(added)}")
-    if _prompts(compiled) != _prompts(original):
-        raise InvariantError("compaction changed or moved a system/developer message")
-    if original and original[0].get("role") in PROMPT_ROLES and compiled[:1] != original[:1]:
-        raise InvariantError("the first system/developer message is not first any more")
-    k = final_turn(original)
-    latest = zip(compiled[len(compiled) - k :], original[len(original) - k :], strict=True)
-    if len(compiled) < k or not all(kept_in_latest(c, o) for c, o in latest):
-        raise InvariantError("compaction changed the latest turn")
-    sent = _users(original)[-1:]
-    # The latest user message, or (a marker standing alone in the user's voice after it, or
-    # an empty one that hosts the marker: the two look alike) the last user message.
-    now = [_users(compiled)[-1:], [m for m in compiled if m.get("role") == "user"][-1:]]
-    if not any(len(n) == len(sent) and all(map(kept_in_latest, n, sent)) for n in now):
-        raise InvariantError("compaction changed the latest user message")
-    if clashes := _clashes(compiled) - _clashes(original):
-        raise InvariantError(f"compaction put two {sorted(clashes)[0]} messages next to each other")
+    Gate(original).check(compiled)
 
 
 def check(

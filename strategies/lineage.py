@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress
+from typing import TypeVar
 
 from strategies.messages import Message, iterations
+
+T = TypeVar("T")
 
 
 class Lineage:
@@ -25,6 +28,7 @@ class Lineage:
         self._ids: dict[int, int] | None = None  # made when first asked for
         self._synthetic: set[int] = set()
         self.forgotten: set[int] = set()  # raw indexes no longer in the view
+        self._once: dict[str, object] = {}
 
     @property
     def _index(self) -> dict[int, int]:
@@ -85,6 +89,12 @@ class Lineage:
         if key not in self._forms:
             self._forms[key] = make()
         return self._forms[key]
+
+    def once(self, key: str, make: Callable[[], T]) -> T:
+        """A value of the raw history computed once per compile (what a check reads of it)."""
+        if key not in self._once:
+            self._once[key] = make()
+        return self._once[key]  # type: ignore[no-any-return]
 
     def iteration(self, msg: Message, fallback: int) -> int:
         return self._iteration.get(id(self.origin(msg)), fallback)
