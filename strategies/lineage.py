@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from strategies.messages import Message, iterations
 
@@ -94,7 +94,7 @@ class Lineage:
         """A value of the raw history computed once per compile (what a check reads of it)."""
         if key not in self._once:
             self._once[key] = make()
-        return self._once[key]  # type: ignore[no-any-return]
+        return cast(T, self._once[key])
 
     def iteration(self, msg: Message, fallback: int) -> int:
         return self._iteration.get(id(self.origin(msg)), fallback)
