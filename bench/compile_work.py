@@ -6,6 +6,7 @@ Histories: bench/shapes' cases (seed 0) at 25% and 50% of their tokens, one-shot
 /v1/compress compiles them (headroom 0) and turn by turn with the stored state as chat does
 (the default headroom), and bench/sessions' long agent session turn by turn at 4k and 8k.
 `--record FILE` writes the digests, `--check FILE` compares with them (exit 1 on a change).
+`--fixed setup|run`: a fixed input for `valgrind --tool=callgrind` (see fixed_input).
 Run from the repository root: python -m bench.compile_work [--quick] [--record|--check FILE]
 """
 
@@ -132,12 +133,48 @@ def measure(quick: bool) -> Work:
     return work
 
 
+def fixed_input(setup_only: bool) -> str:
+    """A fixed input to run under `valgrind --tool=callgrind` (instructions, not seconds): the
+    shapes one-shot at 25% and 50%, then turns 101-120 of the 4k session from the state of
+    turn 100. `setup_only` stops after the setup (subtract its count). The views' digest."""
+    oneshot = CompactionSettings(reserve_tokens=0, safety_margin=0, headroom=0.0)
+    cases = shapes.cases(1, list(SHAPES))
+    session = sessions.build_session(120)
+    bodies = [
+        json.dumps({"messages": session[:end]}) for end in sessions.request_turns(session, 120)
+    ]
+    counter, prior, out = TokenCounter(), None, hashlib.sha256()
+    for case in cases:
+        counter.count_messages(case.messages)  # the raw counts, as a running proxy has them
+    for body in bodies[:100]:
+        prior = compile_request(json.loads(body), window=4096, settings=CompactionSettings(),
+                                counter=counter, prior=prior).state  # fmt: skip
+    if setup_only:
+        return ""
+    for case in cases:
+        total = counter.count_messages(case.messages)
+        for share in SHARES:
+            view = compile_request({"messages": list(case.messages)}, window=int(total * share),
+                                   settings=oneshot, counter=counter).messages  # fmt: skip
+            out.update(json.dumps(view, sort_keys=True).encode())
+    for body in bodies[100:]:
+        compiled = compile_request(json.loads(body), window=4096, settings=CompactionSettings(),
+                                   counter=counter, prior=prior)  # fmt: skip
+        prior = compiled.state
+        out.update(json.dumps(compiled.messages, sort_keys=True).encode())
+    return out.hexdigest()[:16]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="60-turn session, fewer chat runs")
     ap.add_argument("--record", type=Path, help="write the views' digests to this file")
     ap.add_argument("--check", type=Path, help="compare the views' digests with this file")
+    ap.add_argument("--fixed", choices=["setup", "run"], help="only the callgrind input")
     args = ap.parse_args(argv)
+    if args.fixed:
+        print(f"views digest {fixed_input(args.fixed == 'setup') or '-'}")
+        return 0
     from strategies.budget import SHARED
 
     SHARED.clear()
