@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from strategies import forget, invariants
+from strategies import dense, forget, invariants
 from strategies.context import Context, InvariantError
 from strategies.ledger import HEADING
 from strategies.lineage import Lineage
-from strategies.messages import Message, iterations, text_of
+from strategies.messages import Message, iterations, text_of, tool_names
+from strategies.working_set import newest_output
 
 LABEL = "fill"
 SHORT = " shortened or left out for room"  # the ledger's note when it left something out
@@ -33,12 +34,49 @@ def refill(view: list[Message], ctx: Context, level: int) -> list[Message]:
     lineage = ctx.lineage
     if lineage is None or ctx.usage(view) >= level:
         return view
+    tables = _Tables(lineage)
+    view = tables.older(view, ctx, level)
     if lineage.forgotten:
-        view = _unforget(view, ctx, level, lineage)
-    return _unfold(view, ctx, level, lineage)
+        view = _unforget(view, ctx, level, lineage, tables)
+    return _unfold(view, ctx, level, lineage, tables)
 
 
-def _unforget(view: list[Message], ctx: Context, level: int, lineage: Lineage) -> list[Message]:
+class _Tables:
+    """The table form (strategies/dense.py) of each output of JSON records: every value in
+    a third to a half of the tokens, so that more of them fit the room."""
+
+    def __init__(self, lineage: Lineage):
+        self.lineage = lineage
+        self.names = tool_names(lineage.raw)
+
+    def of(self, msg: Message) -> Message | None:
+        """`msg` as a table (derived from its original), or None where it is not records."""
+        raw = self.lineage.origin(msg)
+        name = self.names.get(raw.get("tool_call_id", ""), "?")
+        table = self.lineage.form(raw, dense.LABEL, lambda: dense.dense_output(raw, name))
+        return None if table is None else self.lineage.derive(table, msg, dense.LABEL)
+
+    def older(self, view: list[Message], ctx: Context, level: int) -> list[Message]:
+        """Whole outputs older than the newest one as tables: room for what is left out."""
+        newest = set(newest_output(view))
+        out = list(view)
+        for k, m in enumerate(view):
+            if m.get("role") != "tool" or k in newest or self.lineage.label(m) is not None:
+                continue
+            table = self.of(m)
+            if table is not None and ctx.count(table) < ctx.count(m):
+                out[k] = table
+        return _checked(self.lineage, out, level, ctx) or view
+
+    def within(self, view: list[Message], indexes: list[int]) -> list[Message]:
+        """`view` with the raw messages at `indexes` (brought back) as tables where they can."""
+        back = {id(self.lineage.raw[i]) for i in indexes}
+        return [(self.of(m) or m) if id(m) in back and m.get("role") == "tool" else m for m in view]
+
+
+def _unforget(
+    view: list[Message], ctx: Context, level: int, lineage: Lineage, tables: _Tables
+) -> list[Message]:
     """The ledger given the room up to `level`, then the newest forgotten steps whole."""
     wide = replace(ctx, target=level)
     best = _checked(lineage, forget.remark(view, wide), level, ctx) or view
@@ -50,7 +88,7 @@ def _unforget(view: list[Message], ctx: Context, level: int, lineage: Lineage) -
         block = _newest_block(lineage, iters)
         lineage.forgotten.difference_update(block)
         back += block
-        candidate = _with_raw(best, back, lineage)
+        candidate = tables.within(_with_raw(best, back, lineage), back)
         if lineage.forgotten:
             candidate = forget.remark(candidate, wide)
         if ctx.usage(candidate) > level:
@@ -66,19 +104,25 @@ def _unforget(view: list[Message], ctx: Context, level: int, lineage: Lineage) -
     return best
 
 
-def _unfold(view: list[Message], ctx: Context, level: int, lineage: Lineage) -> list[Message]:
+def _unfold(
+    view: list[Message], ctx: Context, level: int, lineage: Lineage, tables: _Tables
+) -> list[Message]:
     """Outputs and messages a pass folded or truncated back as sent, newest first, each while
-    it fits `level` whole (the newest are what the next call most likely reads)."""
+    it fits `level` (the newest are what the next call most likely reads): an older output of
+    JSON records as a table, which keeps every value in less room, anything else whole."""
     out = list(view)
+    newest = set(newest_output(out))
     for k in range(len(out) - 1, -1, -1):
         label = lineage.label(out[k])
-        if label is None or label == forget.LABEL or lineage.is_synthetic(out[k]):
+        if label in (None, forget.LABEL, dense.LABEL) or lineage.is_synthetic(out[k]):
             continue
-        candidate = [*out[:k], lineage.origin(out[k]), *out[k + 1 :]]
-        if ctx.usage(candidate) > level:
-            continue
-        checked = _checked(lineage, candidate, level, ctx)
-        out = checked if checked is not None else out
+        table = None if k in newest else tables.of(out[k])
+        for form in (table,) if table is not None else (lineage.origin(out[k]),):
+            candidate = [*out[:k], form, *out[k + 1 :]] if form is not None else None
+            checked = candidate and _checked(lineage, candidate, level, ctx)
+            if checked:
+                out = checked
+                break
     return out
 
 
