@@ -165,3 +165,12 @@ def _search(
         else:
             hi = mid - 1
     return best
+
+
+def cut_to_fit(
+    raw: Message, lineage_raw: Sequence[Message], rest: int, ctx: Context, budget: int
+) -> Message | None:
+    """`raw` (an output or a user paste) in its longest cut form that keeps `rest` tokens
+    and itself within `budget`, or None (the fill cuts a forgotten step it brings back)."""
+    text = text_of(raw)
+    return None if text is None else _longest(raw, text, lineage_raw, rest, ctx, budget)

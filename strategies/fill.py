@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from strategies import dense, forget, invariants
+from strategies import cut, dense, forget, invariants
 from strategies.context import Context, InvariantError
 from strategies.ledger import HEADING
 from strategies.lineage import Lineage
@@ -93,6 +93,7 @@ def _unforget(
             candidate = forget.remark(candidate, wide)
         if ctx.usage(candidate) > level:
             lineage.forgotten.update(back)
+            best = _cut_in(best, back, ctx, level, tables) or best
             break
         checked = _checked(lineage, candidate, level, ctx)
         if checked is None or not _ledger_whole(checked):
@@ -117,13 +118,55 @@ def _unfold(
         if label in (None, forget.LABEL, dense.LABEL) or lineage.is_synthetic(out[k]):
             continue
         table = None if k in newest else tables.of(out[k])
-        for form in (table,) if table is not None else (lineage.origin(out[k]),):
-            candidate = [*out[:k], form, *out[k + 1 :]] if form is not None else None
-            checked = candidate and _checked(lineage, candidate, level, ctx)
-            if checked:
-                out = checked
-                break
+        form = table if table is not None else lineage.origin(out[k])
+        checked = _checked(lineage, [*out[:k], form, *out[k + 1 :]], level, ctx)
+        out = checked or _cut_longer(out, k, ctx, level) or out
     return out
+
+
+def _cut_longer(view: list[Message], k: int, ctx: Context, level: int) -> list[Message] | None:
+    """`view` with message `k` cut to the room left where that keeps more of it than its
+    present form (as a trim keeps the head of the message it stops at), else None."""
+    lineage = ctx.lineage
+    assert lineage is not None
+    if lineage.label(view[k]) == cut.LABEL:
+        return None
+    rest = sum(ctx.count(m) for i, m in enumerate(view) if i != k)
+    form = cut.cut_to_fit(lineage.origin(view[k]), lineage.raw, rest, ctx, level)
+    if form is None or ctx.count(form) <= ctx.count(view[k]) + cut.MIN_GAIN:
+        return None
+    candidate = [*view[:k], lineage.derive(form, view[k], cut.LABEL), *view[k + 1 :]]
+    return _checked(lineage, candidate, level, ctx)
+
+
+def _cut_in(
+    view: list[Message], back: list[int], ctx: Context, level: int, tables: _Tables
+) -> list[Message] | None:
+    """`view` with the forgotten step at `back`, too big to come back whole, back with its
+    largest output cut to the room left (head, tail, named lines, the original's ref), as a
+    trim keeps the head of the message it stops at; None where that does not fit."""
+    lineage = tables.lineage
+    lineage.forgotten.difference_update(back)
+    candidate = tables.within(_with_raw(view, back, lineage), back)
+    if lineage.forgotten:
+        candidate = forget.remark(candidate, replace(ctx, target=level))
+    raws = {id(lineage.raw[i]) for i in back}
+    outputs = [
+        k
+        for k, m in enumerate(candidate)
+        if m.get("role") == "tool" and id(lineage.origin(m)) in raws
+    ]
+    if outputs:
+        k = max(outputs, key=lambda k: ctx.count(candidate[k]))
+        rest = sum(ctx.count(m) for i, m in enumerate(candidate) if i != k)
+        form = cut.cut_to_fit(lineage.origin(candidate[k]), lineage.raw, rest, ctx, level)
+        if form is not None:
+            candidate[k] = lineage.derive(form, candidate[k], cut.LABEL)
+            checked = _checked(lineage, candidate, level, ctx)
+            if checked is not None and _ledger_whole(checked):
+                return checked
+    lineage.forgotten.update(back)
+    return None
 
 
 def _ledger_to(view: list[Message], ctx: Context, level: int) -> list[Message]:
