@@ -47,39 +47,39 @@ def dense_output(msg: Message, name: str) -> Message | None:
     text = text_of(msg)
     if msg.get("role") != "tool" or text is None:
         return None
-    body = _table_text(text)
-    if body is None:
+    table = _table_text(text)
+    if table is None:
         return None
-    header = (
-        f"[Output of tool '{name}' as a table: its JSON records' field names, then a row each, "
-        f"every value kept (JSON where plain could mislead; empty: no such field); "
-        f"{recall_ref(msg)}]"
-    )
+    body, gaps = table
+    gap = "; empty: no such field" if gaps else ""
+    header = f"[Output of tool '{name}' as a table, every value kept{gap}; {recall_ref(msg)}]"
     dense_text = f"{header}\n{body}"
     return with_content(msg, dense_text) if len(dense_text) <= MIN_GAIN * len(text) else None
 
 
 @text_cache()
-def _table_text(text: str) -> str | None:
-    """The output's JSON as tables: a top-level array of records, or an object whose fields
-    hold such arrays (its other fields kept as compact JSON); None when there is none."""
+def _table_text(text: str) -> tuple[str, bool] | None:
+    """The output's JSON as tables (a top-level array of records, or an object whose fields
+    hold such arrays, its other fields kept as compact JSON) and whether a record lacks a
+    field; None when there is no table."""
     value = parsed(text)
     if isinstance(value, list):
         return _table(value)
     if not isinstance(value, dict):
         return None
-    parts, tables = [], 0
+    parts, tables, gaps = [], 0, False
     for key, field in value.items():
         table = _table(field) if isinstance(field, list) else None
         if table is not None:
-            tables += 1
-            parts.append(f"{_json(key)} ({len(field)} rows):\n{table}")
+            tables, gaps = tables + 1, gaps or table[1]
+            parts.append(f"{_json(key)} ({len(field)} rows):\n{table[0]}")
         else:
             parts.append(f"{_json(key)}: {_json(field)}")
-    return "\n".join(parts) if tables else None
+    return ("\n".join(parts), gaps) if tables else None
 
 
-def _table(items: list[Any]) -> str | None:
+def _table(items: list[Any]) -> tuple[str, bool] | None:
+    """Field names once, then a row per record; and whether a record lacks a field."""
     if len(items) < MIN_ROWS or not all(isinstance(r, dict) and r for r in items):
         return None
     fields: dict[str, None] = {}
@@ -88,7 +88,8 @@ def _table(items: list[Any]) -> str | None:
     if len(fields) > 2 * max(len(r) for r in items):
         return None  # records that share few fields are not a table
     rows = [SEP.join(_cell(r[f]) if f in r else "" for f in fields) for r in items]
-    return "\n".join([SEP.join(_cell(f) for f in fields), *rows])
+    gaps = any(len(r) < len(fields) for r in items)
+    return "\n".join([SEP.join(_cell(f) for f in fields), *rows]), gaps
 
 
 def _cell(value: Any) -> str:

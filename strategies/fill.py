@@ -27,6 +27,7 @@ SHORT = " shortened or left out for room"  # the ledger's note when it left some
 ROUNDS = 6  # a shortened ledger's tries at the room its estimate left unused
 MIN_GAP = 16  # tokens: less unused room than this is not worth another try
 TOGETHER = 3  # steps at most brought back at once where fewer would clash
+FULL = 0.9  # a view filled to this share of its level leaves the newest output a table
 
 
 def refill(view: list[Message], ctx: Context, level: int) -> list[Message]:
@@ -35,10 +36,11 @@ def refill(view: list[Message], ctx: Context, level: int) -> list[Message]:
     if lineage is None or ctx.usage(view) >= level:
         return view
     tables = _Tables(lineage)
-    view = tables.older(view, ctx, level)
+    view = tables.outputs(view, ctx, level)
     if lineage.forgotten:
         view = _unforget(view, ctx, level, lineage, tables)
-    return _unfold(view, ctx, level, lineage, tables)
+    view = _unfold(view, ctx, level, lineage, tables)
+    return tables.newest_whole(view, ctx, level)
 
 
 class _Tables:
@@ -56,17 +58,32 @@ class _Tables:
         table = self.lineage.form(raw, dense.LABEL, lambda: dense.dense_output(raw, name))
         return None if table is None else self.lineage.derive(table, msg, dense.LABEL)
 
-    def older(self, view: list[Message], ctx: Context, level: int) -> list[Message]:
-        """Whole outputs older than the newest one as tables: room for what is left out."""
+    def outputs(self, view: list[Message], ctx: Context, level: int) -> list[Message]:
+        """Whole outputs, and the newest one where it stands cut, as tables where smaller:
+        room for what is left out (the newest comes back whole last, if it still fits)."""
         newest = set(newest_output(view))
         out = list(view)
         for k, m in enumerate(view):
-            if m.get("role") != "tool" or k in newest or self.lineage.label(m) is not None:
+            label = self.lineage.label(m)
+            if m.get("role") != "tool" or not (label is None or k in newest and label == cut.LABEL):
                 continue
             table = self.of(m)
             if table is not None and ctx.count(table) < ctx.count(m):
                 out[k] = table
         return _checked(self.lineage, out, level, ctx) or view
+
+    def newest_whole(self, view: list[Message], ctx: Context, level: int) -> list[Message]:
+        """The newest output, made a table to leave room, back as sent where it still fits
+        (what the next step reads, as the tool gave it), else cut to fill the room where
+        nothing else took it."""
+        for k in newest_output(view):
+            if self.lineage.label(view[k]) == dense.LABEL:
+                candidate = [*view[:k], self.lineage.origin(view[k]), *view[k + 1 :]]
+                whole = _checked(self.lineage, candidate, level, ctx)
+                if whole is None and ctx.usage(view) < FULL * level:
+                    whole = _cut_longer(view, k, ctx, level)
+                view = whole or view
+        return view
 
     def within(self, view: list[Message], indexes: list[int]) -> list[Message]:
         """`view` with the raw messages at `indexes` (brought back) as tables where they can."""

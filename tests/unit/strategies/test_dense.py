@@ -80,3 +80,12 @@ def test_outputs_that_are_not_records_have_no_table():
     for content in ("plain text", json.dumps([1, 2, 3, 4, 5]), json.dumps({"a": 1}),
                     json.dumps([{"a": 1}] * 3)):  # fmt: skip
         assert dense_output({"role": "tool", "tool_call_id": "c", "content": content}, "t") is None
+
+
+def test_at_a_quarter_the_newest_search_makes_room_for_an_earlier_one_as_a_table():
+    msgs, wanted = searches()
+    result = one_shot(msgs, COUNTER.count_messages(msgs) // 4)
+    text = canonical_json(result.messages)
+    assert wanted[-1] in text  # before: the page holding it was cut to its leading records
+    assert result.tokens_compiled >= 0.9 * result.budget
+    check_valid(msgs, result.messages)
