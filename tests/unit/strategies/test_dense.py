@@ -11,6 +11,7 @@ from proxy.compile.tokens import TokenCounter
 from proxy.compile.view import compile_request
 from proxy.settings import CompactionSettings
 from strategies.dense import dense_output
+from strategies.forms import folded_output
 from strategies.invariants import check_valid
 from strategies.messages import canonical_json
 
@@ -89,3 +90,19 @@ def test_at_a_quarter_the_newest_search_makes_room_for_an_earlier_one_as_a_table
     assert wanted[-1] in text  # before: the page holding it was cut to its leading records
     assert result.tokens_compiled >= 0.9 * result.budget
     check_valid(msgs, result.messages)
+
+
+def test_a_folded_json_result_keeps_its_leading_fields():
+    """BFCL's route: {"distance": 980.0, "intermediaryCities": [3,000 names]} folded by a light
+    step kept no word of its result, and the next call needed the distance."""
+    result = {
+        "distance": 980.0,
+        "unit": "km",
+        "intermediaryCities": [f"Town {i}" for i in range(3000)],
+    }
+    msg = {"role": "tool", "tool_call_id": "c1", "content": json.dumps(result)}
+    folded = folded_output(msg, "estimate_distance", keep_evidence=True)
+    assert folded is not None
+    assert '{"distance":980.0,"unit":"km"}' in folded["content"]
+    assert "leading fields kept" in folded["content"] and "/messages/" in folded["content"]
+    assert len(folded["content"]) < 300
