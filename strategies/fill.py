@@ -27,6 +27,7 @@ SHORT = " shortened or left out for room"  # the ledger's note when it left some
 ROUNDS = 6  # a shortened ledger's tries at the room its estimate left unused
 MIN_GAP = 16  # tokens: less unused room than this is not worth another try
 TOGETHER = 3  # steps at most brought back at once where fewer would clash
+MARKER_SLACKS = (16, 64, 256)  # tokens: a marker placed again may take a few more
 FULL = 0.9  # a view filled to this share of its level leaves the newest output a table
 
 
@@ -160,13 +161,12 @@ def _cut_in(
     view: list[Message], back: list[int], ctx: Context, level: int, tables: _Tables
 ) -> list[Message] | None:
     """`view` with the forgotten step at `back`, too big to come back whole, back with its
-    largest output cut to the room left (head, tail, named lines, the original's ref), as a
-    trim keeps the head of the message it stops at; None where that does not fit."""
+    largest output cut to the room the view leaves (head, tail, named lines, the original's
+    ref), as a trim keeps the head of the message it stops at; the marker and its ledger keep
+    the room they had. None where that does not fit."""
     lineage = tables.lineage
     lineage.forgotten.difference_update(back)
-    candidate = tables.within(_with_raw(view, back, lineage), back)
-    if lineage.forgotten:
-        candidate = forget.remark(candidate, replace(ctx, target=level))
+    candidate = tables.within(_with_raw(forget.unmarked(view, lineage), back, lineage), back)
     raws = {id(lineage.raw[i]) for i in back}
     outputs = [
         k
@@ -175,12 +175,22 @@ def _cut_in(
     ]
     if outputs:
         k = max(outputs, key=lambda k: ctx.count(candidate[k]))
-        rest = sum(ctx.count(m) for i, m in enumerate(candidate) if i != k)
-        form = cut.cut_to_fit(lineage.origin(candidate[k]), lineage.raw, rest, ctx, level)
-        if form is not None:
-            candidate[k] = lineage.derive(form, candidate[k], cut.LABEL)
-            checked = _checked(lineage, candidate, level, ctx)
-            if checked is not None and _ledger_whole(checked):
+        others = sum(ctx.count(lineage.raw[i]) for i in back)
+        others -= ctx.count(lineage.raw[lineage.index(candidate[k])])
+        for slack in MARKER_SLACKS:  # the ledger placed again may want a little more room
+            rest = ctx.usage(view) + others + slack
+            form = cut.cut_to_fit(lineage.origin(candidate[k]), lineage.raw, rest, ctx, level)
+            if form is None:
+                break
+            cutin = [
+                *candidate[:k],
+                lineage.derive(form, candidate[k], cut.LABEL),
+                *candidate[k + 1 :],
+            ]
+            if lineage.forgotten:
+                cutin = forget.remark(cutin, replace(ctx, target=level))
+            checked = _checked(lineage, cutin, level, ctx)
+            if checked is not None and _ledger_whole(checked) and _has_ledger(checked, view):
                 return checked
     lineage.forgotten.update(back)
     return None
@@ -222,6 +232,13 @@ def _ledger_whole(view: list[Message]) -> bool:
         if HEADING in text and SHORT in text.split(HEADING, 1)[1].split("\n", 1)[0]:
             return False
     return True
+
+
+def _has_ledger(view: list[Message], before: list[Message]) -> bool:
+    """Whether `view` still carries a ledger where `before` did (one left out for want of room
+    reads as whole)."""
+    had = any(HEADING in (text_of(m) or "") for m in before)
+    return not had or any(HEADING in (text_of(m) or "") for m in view)
 
 
 def _newest_block(lineage: Lineage, iters: list[int]) -> list[int]:

@@ -149,12 +149,20 @@ def fold_newest(messages: list[Message], ctx: Context) -> StrategyResult:
     config file, a one-line answer): little room to gain, and often the exact value needed."""
     held = set(footing(messages, ctx)) | _spared(messages, ctx)
     tools = [i for i in old_indexes(messages, ctx.keep_recent(), ("tool",)) if i not in held]
+    names = tool_names(messages)
+    fold = _transform(2, messages, ctx)
+
+    def table_or_fold(cur: Message, raw: Message) -> Message | None:
+        # A table keeps every value of an output of records in about half its room.
+        return dense_output(raw, names.get(raw.get("tool_call_id", ""), "?")) or fold(cur, raw)
+
     return compact_until(
         messages,
         ctx,
         reversed(tools),
-        _transform(2, messages, ctx),
+        table_or_fold,
         strategy="tiered",
         phase=2,
-        reason="the newest old tool outputs folded to placeholders (a light step near the end)",
+        reason="the newest old tool outputs folded to placeholders, or their records made "
+        "tables (a light step near the end)",
     )

@@ -169,3 +169,18 @@ def test_a_forgotten_output_bigger_than_the_room_comes_back_cut_to_fill_it():
     text = canonical_json(result.messages)
     assert "227.16" in text and "12446" in text and "/messages/" in text
     check_valid(msgs, result.messages)
+
+
+def test_a_forgotten_output_cut_to_come_back_leaves_the_ledger_its_room():
+    """The user's statements among forgotten steps stay in the ledger whole when the newest
+    forgotten step, too big to come back whole, comes back cut (planted statements at 2,048
+    tokens fell from 17 of 17 to 1 of 17 when the cut took the ledger's room)."""
+    msgs = statements(40)[:-1]
+    msgs += agent_history([log_lines(300, "row {i}: value ok"), "done"])[2:]
+    msgs += [{"role": "user", "content": "Which numbers did I give you?"}]
+    window = COUNTER.count_messages(msgs) // 2
+    result = one_shot(msgs, window, 0.0)
+    assert kept(result.messages, 40) == 40
+    assert "cut to fit" in canonical_json(result.messages)
+    assert result.tokens_compiled >= 0.9 * result.budget
+    check_valid(msgs, result.messages)
