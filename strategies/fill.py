@@ -178,21 +178,45 @@ def _cut_in(
         others = sum(ctx.count(lineage.raw[i]) for i in back)
         others -= ctx.count(lineage.raw[lineage.index(candidate[k])])
         for slack in MARKER_SLACKS:  # the ledger placed again may want a little more room
-            rest = ctx.usage(view) + others + slack
-            form = cut.cut_to_fit(lineage.origin(candidate[k]), lineage.raw, rest, ctx, level)
-            if form is None:
-                break
-            cutin = [
-                *candidate[:k],
-                lineage.derive(form, candidate[k], cut.LABEL),
-                *candidate[k + 1 :],
-            ]
-            if lineage.forgotten:
-                cutin = forget.remark(cutin, replace(ctx, target=level))
-            checked = _checked(lineage, cutin, level, ctx)
-            if checked is not None and _ledger_whole(checked) and _has_ledger(checked, view):
-                return checked
+            found = _cut_at(candidate, k, ctx.usage(view) + others + slack, ctx, level, view)
+            if found is not None:
+                return found
+        # Where no marker of the same size leaves it room: the marker placed first, as small
+        # as what is still left out makes it, then the output cut to what it leaves.
+        wide = replace(ctx, target=level)
+        marked = forget.remark(candidate, wide) if lineage.forgotten else candidate
+        at = next((j for j, m in enumerate(marked) if m is candidate[k]), None)
+        if at is not None:
+            rest = sum(ctx.count(m) for j, m in enumerate(marked) if j != at)
+            found = _cut_at(marked, at, rest, ctx, level, view, remark=False)
+            if found is not None:
+                return found
     lineage.forgotten.update(back)
+    return None
+
+
+def _cut_at(
+    view: list[Message],
+    k: int,
+    rest: int,
+    ctx: Context,
+    level: int,
+    before: list[Message],
+    remark: bool = True,
+) -> list[Message] | None:
+    """`view` with message `k` cut to fit beside `rest` tokens (the marker placed again after
+    it, with `remark`), if that fits `level` and keeps the ledger `before` had, whole."""
+    lineage = ctx.lineage
+    assert lineage is not None
+    form = cut.cut_to_fit(lineage.origin(view[k]), lineage.raw, rest, ctx, level)
+    if form is None:
+        return None
+    cutin = [*view[:k], lineage.derive(form, view[k], cut.LABEL), *view[k + 1 :]]
+    if remark and lineage.forgotten:
+        cutin = forget.remark(cutin, replace(ctx, target=level))
+    checked = _checked(lineage, cutin, level, ctx)
+    if checked is not None and _ledger_whole(checked) and _has_ledger(checked, before):
+        return checked
     return None
 
 
