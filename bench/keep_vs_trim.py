@@ -36,7 +36,7 @@ COUNTER = TokenCounter()
 SHARES = (0.25, 0.5)
 PLANTED_BUDGETS = (2048, 2560)  # the planted-statement goals' windows, turn by turn
 SHAPES = ["statements", "listing", "big result", "earlier values", "planted chat",
-          "planted agentic", "misleading"]  # fmt: skip
+          "planted agentic", "misleading", "bfcl"]  # fmt: skip
 View = list[dict]
 
 
@@ -75,7 +75,8 @@ def sliding_window(messages: View, budget: int) -> View:
 
 def litellm_trim() -> tuple[Callable[[View, int], View], str]:
     """LiteLLM's trim_messages, offline, its output counted as every method's is and trimmed
-    again while over (its own counter under-counts tool messages)."""
+    again while over (its own counter under-counts tool messages). It raises TypeError on a
+    call's `content: None`, so it is given "" there: the same history, measured fairly."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import importlib.metadata as md
 
@@ -84,7 +85,8 @@ def litellm_trim() -> tuple[Callable[[View, int], View], str]:
     def trim(messages: View, budget: int) -> View:
         ask = budget
         for _ in range(6):
-            view = trim_messages([dict(m) for m in messages], model="gpt-4o", max_tokens=ask)
+            given = [{**m, "content": m.get("content") or ""} for m in messages]
+            view = trim_messages(given, model="gpt-4o", max_tokens=ask)
             view = view[0] if isinstance(view, tuple) else view
             over = count(view) - budget
             if over <= 0:
@@ -266,6 +268,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summ = summary(rows)
     print(f"\n{tabulate.machine()}; trim: {version}; seeds {args.seeds}\n")
     print(table(summ))
+    over = [f"{r.case} {r.share}" for r in rows if r.method == "trim" and r.over]
+    print("trim's views over the budget:", ", ".join(dict.fromkeys(over)) or "none")
     data = {"when": tabulate.now(), "trim": version, "seeds": args.seeds, "summary": summ,
             "rows": [asdict(r) for r in rows]}  # fmt: skip
     print("wrote", tabulate.write_json("keep_vs_trim", data, args.out))

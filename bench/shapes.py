@@ -3,8 +3,10 @@
 Each case is a history whose last message asks for the next step and the probes that step
 needs: strings that must be in the view sent upstream for the answer (or the next call) to be
 right. `statements`: a few hundred short user statements with plain acknowledgements. Tool
-trajectories: a listing larger than the room, a 4k-token result in a 2k room, and values that
-only earlier outputs hold.
+trajectories: a listing larger than the room, a 4k-token result in a 2k room, values that only
+earlier outputs hold, and `bfcl`: BFCL's multi-turn long-context tasks replayed with its own
+simulated tools (bench/corpus), whose probes are the next calls' argument values that only
+earlier outputs revealed; built once into the bench cache (bfcl-eval in a venv of its own).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
+from bench.corpus import build
 from bench.planted import misleading_session, planted_session
 
 SYSTEM = "You are a helpful assistant. Use the tools when you need data."
@@ -167,6 +171,25 @@ def misleading(seed: int) -> Case:
     return Case("misleading", f"misleading-{seed}", msgs, probes)
 
 
+BFCL_COUNT = 24  # asks for more than there are: every long-context task long enough (14)
+
+
+def bfcl(path: Path | None = None) -> list[Case]:
+    """BFCL trajectories, from the cache when built; no network once it is there."""
+    path = path or build.CACHE / f"bfcl-shape-v1-{BFCL_COUNT}.json"
+    if not path.exists():
+        trajectories = [t.to_json() for t in build.build_bfcl(BFCL_COUNT)]
+        if not trajectories:
+            raise RuntimeError("bfcl-eval could not be installed or replayed; see stderr")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(trajectories))
+    out = []
+    for t in json.loads(path.read_text()):
+        values = [e["text"] for e in t["evidence"] if e["kind"] == "value"]
+        out.append(Case("bfcl", t["id"], t["messages"], values))
+    return out
+
+
 COLORS = ["red", "blue", "green", "black", "white", "steel", "copper", "yellow"]
 GOODS = ["kettle", "toaster", "lamp", "chair", "blender", "mug", "pan", "clock", "fan"]
 
@@ -181,4 +204,9 @@ def cases(seeds: int, shapes: list[str]) -> list[Case]:
         "planted agentic": lambda s: planted(s, True),
         "misleading": misleading,
     }
-    return [makers[shape](s) for shape in shapes for s in range(seeds)]
+    # bfcl's tasks are published data, not seeded: all of them once, whatever the seeds
+    return [
+        case
+        for shape in shapes
+        for case in (bfcl() if shape == "bfcl" else [makers[shape](s) for s in range(seeds)])
+    ]

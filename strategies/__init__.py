@@ -1,6 +1,6 @@
 """Compaction strategies: pure functions from a message list to a smaller one, by name."""
 
-from strategies import fold, forget, none, sliding_window, tiered, traceback
+from strategies import dense, fold, forget, none, sliding_window, tiered, traceback
 from strategies.context import Context, InvariantError, OverBudget, Strategy
 from strategies.events import CompactionEvent
 from strategies.messages import Message, canonical_json, message_hash
@@ -18,6 +18,7 @@ __all__ = [
     "Strategy",
     "canonical_json",
     "compile_view",
+    "dense",
     "fold",
     "forget",
     "get",

@@ -33,7 +33,15 @@ def looks_compacted(msg: Message) -> bool:
 MIN_GAIN = 0.9  # a new form must cut at least a tenth of the message's tokens
 # How far a pass reduces a message: a pass leaves alone what an equal or deeper pass made.
 # A forget marker (merged into a kept message or standing alone) is left to `forget` alone.
-DEPTH = {"cut": 1, "traceback": 1, "tiered:1": 1, "fold": 2, "tiered:2": 2, "tiered:3": 3}
+DEPTH = {
+    "cut": 1,
+    "dense": 1,
+    "traceback": 1,
+    "tiered:1": 1,
+    "fold": 2,
+    "tiered:2": 2,
+    "tiered:3": 3,
+}
 DEPTH["forget"] = 9
 
 

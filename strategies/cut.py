@@ -31,6 +31,7 @@ LABEL = "cut"
 MIN_GAIN = 32  # tokens: less spare room than this is not worth a new form
 NAMES_FROM = 2000  # characters of each naming text read for its names
 KEEPS = (None, LABEL, "forget")  # raw, cut already, or a marker's host: left as they are
+STRING_STEP = 16  # characters a JSON form's strings keep per level (strategies/fit.py)
 
 
 def use_room(view: list[Message], ctx: Context, budget: int) -> list[Message]:
@@ -142,12 +143,15 @@ def _longest(
 
 
 def _widest(value: Any) -> int:
-    """The most items of any array or fields of any object in `value`: past it, a JSON form
-    keeps everything, so the search for the longest form that fits stops there."""
+    """The most items of any array or fields of any object in `value`, or the level whose
+    strings keep the longest one whole: past it, a JSON form keeps everything, so the search
+    for the longest form that fits stops there."""
     widest, stack = 1, [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, dict | list):
+        if isinstance(v, str):
+            widest = max(widest, -(-len(v) // STRING_STEP))
+        elif isinstance(v, dict | list):
             widest = max(widest, len(v))
             stack.extend(v.values() if isinstance(v, dict) else v)
     return widest
@@ -165,3 +169,12 @@ def _search(
         else:
             hi = mid - 1
     return best
+
+
+def cut_to_fit(
+    raw: Message, lineage_raw: Sequence[Message], rest: int, ctx: Context, budget: int
+) -> Message | None:
+    """`raw` (an output or a user paste) in its longest cut form that keeps `rest` tokens
+    and itself within `budget`, or None (the fill cuts a forgotten step it brings back)."""
+    text = text_of(raw)
+    return None if text is None else _longest(raw, text, lineage_raw, rest, ctx, budget)

@@ -15,17 +15,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from strategies import forget, invariants
+from strategies import cut, dense, forget, invariants
 from strategies.context import Context, InvariantError
 from strategies.ledger import HEADING
 from strategies.lineage import Lineage
-from strategies.messages import Message, iterations, text_of
+from strategies.messages import Message, iterations, text_of, tool_names
+from strategies.working_set import newest_output
 
 LABEL = "fill"
 SHORT = " shortened or left out for room"  # the ledger's note when it left something out
 ROUNDS = 6  # a shortened ledger's tries at the room its estimate left unused
 MIN_GAP = 16  # tokens: less unused room than this is not worth another try
 TOGETHER = 3  # steps at most brought back at once where fewer would clash
+MARKER_SLACKS = (16, 64, 256)  # tokens: a marker placed again may take a few more
+FULL = 0.9  # a view filled to this share of its level leaves the newest output a table
 
 
 def refill(view: list[Message], ctx: Context, level: int) -> list[Message]:
@@ -33,12 +36,65 @@ def refill(view: list[Message], ctx: Context, level: int) -> list[Message]:
     lineage = ctx.lineage
     if lineage is None or ctx.usage(view) >= level:
         return view
+    tables = _Tables(lineage)
+    view = tables.outputs(view, ctx, level)
     if lineage.forgotten:
-        view = _unforget(view, ctx, level, lineage)
-    return _unfold(view, ctx, level, lineage)
+        view = _unforget(view, ctx, level, lineage, tables)
+    view = _unfold(view, ctx, level, lineage, tables)
+    return tables.newest_whole(view, ctx, level)
 
 
-def _unforget(view: list[Message], ctx: Context, level: int, lineage: Lineage) -> list[Message]:
+class _Tables:
+    """The table form (strategies/dense.py) of each output of JSON records: every value in
+    a third to a half of the tokens, so that more of them fit the room."""
+
+    def __init__(self, lineage: Lineage):
+        self.lineage = lineage
+        self.names = tool_names(lineage.raw)
+
+    def of(self, msg: Message) -> Message | None:
+        """`msg` as a table (derived from its original), or None where it is not records."""
+        raw = self.lineage.origin(msg)
+        name = self.names.get(raw.get("tool_call_id", ""), "?")
+        table = self.lineage.form(raw, dense.LABEL, lambda: dense.dense_output(raw, name))
+        return None if table is None else self.lineage.derive(table, msg, dense.LABEL)
+
+    def outputs(self, view: list[Message], ctx: Context, level: int) -> list[Message]:
+        """Whole outputs, and the newest one where it stands cut, as tables where smaller:
+        room for what is left out (the newest comes back whole last, if it still fits)."""
+        newest = set(newest_output(view))
+        out = list(view)
+        for k, m in enumerate(view):
+            label = self.lineage.label(m)
+            if m.get("role") != "tool" or not (label is None or k in newest and label == cut.LABEL):
+                continue
+            table = self.of(m)
+            if table is not None and ctx.count(table) < ctx.count(m):
+                out[k] = table
+        return _checked(self.lineage, out, level, ctx) or view
+
+    def newest_whole(self, view: list[Message], ctx: Context, level: int) -> list[Message]:
+        """The newest output, made a table to leave room, back as sent where it still fits
+        (what the next step reads, as the tool gave it), else cut to fill the room where
+        nothing else took it."""
+        for k in newest_output(view):
+            if self.lineage.label(view[k]) == dense.LABEL:
+                candidate = [*view[:k], self.lineage.origin(view[k]), *view[k + 1 :]]
+                whole = _checked(self.lineage, candidate, level, ctx)
+                if whole is None and ctx.usage(view) < FULL * level:
+                    whole = _cut_longer(view, k, ctx, level)
+                view = whole or view
+        return view
+
+    def within(self, view: list[Message], indexes: list[int]) -> list[Message]:
+        """`view` with the raw messages at `indexes` (brought back) as tables where they can."""
+        back = {id(self.lineage.raw[i]) for i in indexes}
+        return [(self.of(m) or m) if id(m) in back and m.get("role") == "tool" else m for m in view]
+
+
+def _unforget(
+    view: list[Message], ctx: Context, level: int, lineage: Lineage, tables: _Tables
+) -> list[Message]:
     """The ledger given the room up to `level`, then the newest forgotten steps whole."""
     wide = replace(ctx, target=level)
     best = _checked(lineage, forget.remark(view, wide), level, ctx) or view
@@ -50,11 +106,12 @@ def _unforget(view: list[Message], ctx: Context, level: int, lineage: Lineage) -
         block = _newest_block(lineage, iters)
         lineage.forgotten.difference_update(block)
         back += block
-        candidate = _with_raw(best, back, lineage)
+        candidate = tables.within(_with_raw(best, back, lineage), back)
         if lineage.forgotten:
             candidate = forget.remark(candidate, wide)
         if ctx.usage(candidate) > level:
             lineage.forgotten.update(back)
+            best = _cut_in(best, back, ctx, level, tables) or best
             break
         checked = _checked(lineage, candidate, level, ctx)
         if checked is None or not _ledger_whole(checked):
@@ -66,20 +123,101 @@ def _unforget(view: list[Message], ctx: Context, level: int, lineage: Lineage) -
     return best
 
 
-def _unfold(view: list[Message], ctx: Context, level: int, lineage: Lineage) -> list[Message]:
+def _unfold(
+    view: list[Message], ctx: Context, level: int, lineage: Lineage, tables: _Tables
+) -> list[Message]:
     """Outputs and messages a pass folded or truncated back as sent, newest first, each while
-    it fits `level` whole (the newest are what the next call most likely reads)."""
+    it fits `level` (the newest are what the next call most likely reads): an older output of
+    JSON records as a table, which keeps every value in less room, anything else whole."""
     out = list(view)
+    newest = set(newest_output(out))
     for k in range(len(out) - 1, -1, -1):
         label = lineage.label(out[k])
-        if label is None or label == forget.LABEL or lineage.is_synthetic(out[k]):
+        if label in (None, forget.LABEL, dense.LABEL) or lineage.is_synthetic(out[k]):
             continue
-        candidate = [*out[:k], lineage.origin(out[k]), *out[k + 1 :]]
-        if ctx.usage(candidate) > level:
-            continue
-        checked = _checked(lineage, candidate, level, ctx)
-        out = checked if checked is not None else out
+        table = None if k in newest else tables.of(out[k])
+        form = table if table is not None else lineage.origin(out[k])
+        checked = _checked(lineage, [*out[:k], form, *out[k + 1 :]], level, ctx)
+        out = checked or _cut_longer(out, k, ctx, level) or out
     return out
+
+
+def _cut_longer(view: list[Message], k: int, ctx: Context, level: int) -> list[Message] | None:
+    """`view` with message `k` cut to the room left where that keeps more of it than its
+    present form (as a trim keeps the head of the message it stops at), else None."""
+    lineage = ctx.lineage
+    assert lineage is not None
+    if lineage.label(view[k]) == cut.LABEL:
+        return None
+    rest = sum(ctx.count(m) for i, m in enumerate(view) if i != k)
+    form = cut.cut_to_fit(lineage.origin(view[k]), lineage.raw, rest, ctx, level)
+    if form is None or ctx.count(form) <= ctx.count(view[k]) + cut.MIN_GAIN:
+        return None
+    candidate = [*view[:k], lineage.derive(form, view[k], cut.LABEL), *view[k + 1 :]]
+    return _checked(lineage, candidate, level, ctx)
+
+
+def _cut_in(
+    view: list[Message], back: list[int], ctx: Context, level: int, tables: _Tables
+) -> list[Message] | None:
+    """`view` with the forgotten step at `back`, too big to come back whole, back with its
+    largest output cut to the room the view leaves (head, tail, named lines, the original's
+    ref), as a trim keeps the head of the message it stops at; the marker and its ledger keep
+    the room they had. None where that does not fit."""
+    lineage = tables.lineage
+    lineage.forgotten.difference_update(back)
+    candidate = tables.within(_with_raw(forget.unmarked(view, lineage), back, lineage), back)
+    raws = {id(lineage.raw[i]) for i in back}
+    outputs = [
+        k
+        for k, m in enumerate(candidate)
+        if m.get("role") == "tool" and id(lineage.origin(m)) in raws
+    ]
+    if outputs:
+        k = max(outputs, key=lambda k: ctx.count(candidate[k]))
+        others = sum(ctx.count(lineage.raw[i]) for i in back)
+        others -= ctx.count(lineage.raw[lineage.index(candidate[k])])
+        for slack in MARKER_SLACKS:  # the ledger placed again may want a little more room
+            found = _cut_at(candidate, k, ctx.usage(view) + others + slack, ctx, level, view)
+            if found is not None:
+                return found
+        # Where no marker of the same size leaves it room: the marker placed first, as small
+        # as what is still left out makes it, then the output cut to what it leaves.
+        wide = replace(ctx, target=level)
+        marked = forget.remark(candidate, wide) if lineage.forgotten else candidate
+        at = next((j for j, m in enumerate(marked) if m is candidate[k]), None)
+        if at is not None:
+            rest = sum(ctx.count(m) for j, m in enumerate(marked) if j != at)
+            found = _cut_at(marked, at, rest, ctx, level, view, remark=False)
+            if found is not None:
+                return found
+    lineage.forgotten.update(back)
+    return None
+
+
+def _cut_at(
+    view: list[Message],
+    k: int,
+    rest: int,
+    ctx: Context,
+    level: int,
+    before: list[Message],
+    remark: bool = True,
+) -> list[Message] | None:
+    """`view` with message `k` cut to fit beside `rest` tokens (the marker placed again after
+    it, with `remark`), if that fits `level` and keeps the ledger `before` had, whole."""
+    lineage = ctx.lineage
+    assert lineage is not None
+    form = cut.cut_to_fit(lineage.origin(view[k]), lineage.raw, rest, ctx, level)
+    if form is None:
+        return None
+    cutin = [*view[:k], lineage.derive(form, view[k], cut.LABEL), *view[k + 1 :]]
+    if remark and lineage.forgotten:
+        cutin = forget.remark(cutin, replace(ctx, target=level))
+    checked = _checked(lineage, cutin, level, ctx)
+    if checked is not None and _ledger_whole(checked) and _has_ledger(checked, before):
+        return checked
+    return None
 
 
 def _ledger_to(view: list[Message], ctx: Context, level: int) -> list[Message]:
@@ -118,6 +256,13 @@ def _ledger_whole(view: list[Message]) -> bool:
         if HEADING in text and SHORT in text.split(HEADING, 1)[1].split("\n", 1)[0]:
             return False
     return True
+
+
+def _has_ledger(view: list[Message], before: list[Message]) -> bool:
+    """Whether `view` still carries a ledger where `before` did (one left out for want of room
+    reads as whole)."""
+    had = any(HEADING in (text_of(m) or "") for m in before)
+    return not had or any(HEADING in (text_of(m) or "") for m in view)
 
 
 def _newest_block(lineage: Lineage, iters: list[int]) -> list[int]:

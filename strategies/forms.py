@@ -11,6 +11,7 @@ from typing import Any
 
 from strategies.elide import render
 from strategies.evidence import evidence, ranked
+from strategies.fit import parsed
 from strategies.memo import text_cache
 from strategies.messages import (
     Message,
@@ -54,8 +55,10 @@ def folded_output(msg: Message, name: str, *, keep_evidence: bool = False) -> Me
         return None
     chars, lines = size
     text = text_of(msg) if keep_evidence else None
-    kept = excerpt(text) if text else ()
+    lead = leading_fields(text) if text else None
+    kept = (lead,) if lead else excerpt(text) if text else ()
     note = f", {len(kept)} evidence {'line' if len(kept) == 1 else 'lines'} kept" if kept else ""
+    note = ", its leading fields kept" if lead else note
     header = (
         f"[Output of tool '{name}' folded: {chars:,} chars, {lines:,} "
         f"{'line' if lines == 1 else 'lines'}{note}; {recall_ref(msg)}]"
@@ -79,6 +82,26 @@ def folded_user(msg: Message, *, min_chars: int) -> Message | None:
     # The user's own words usually come first, before what they pasted.
     head = text[:USER_HEAD_CHARS].rsplit("\n", 1)[0] if "\n" in text[:USER_HEAD_CHARS] else ""
     return with_content(msg, "\n".join((header, *([head, "…"] if head else []), *kept)))
+
+
+@text_cache()
+def leading_fields(text: str) -> str | None:
+    """A JSON object's leading short scalar fields, as compact JSON within EXCERPT_CHARS: what
+    identifies a result (an id, a total, a status) comes first in it; None for anything else."""
+    value = parsed(text)
+    if not isinstance(value, dict):
+        return None
+    kept: dict[str, Any] = {}
+    for key, field in value.items():
+        short = isinstance(field, int | float | bool) or (
+            isinstance(field, str) and len(field) <= ARG_CHARS
+        )
+        if short:
+            kept[key] = field
+            if len(json.dumps(kept, ensure_ascii=False)) > EXCERPT_CHARS:
+                del kept[key]
+                break
+    return json.dumps(kept, ensure_ascii=False, separators=(",", ":")) if kept else None
 
 
 @text_cache()

@@ -1,6 +1,7 @@
 """tiered: three phases on old iterations, each only while the previous left the view over target.
 
-Phase 1 truncates old tool outputs to a head plus their evidence lines, phase 2 folds them to
+Phase 1 truncates old tool outputs to a head plus their evidence lines (an array of JSON
+records instead becomes a table that keeps every value: strategies/dense.py), phase 2 folds them to
 a placeholder that keeps a few of the most telling evidence lines (the tool message and its
 tool_call_id stay), phase 3 folds old assistant text and shortens tool-call arguments, keeping
 the call names and ids; over budget it also folds old tool outputs to bare placeholders.
@@ -29,6 +30,7 @@ from strategies.context import (
     Context,
     StrategyResult,
 )
+from strategies.dense import dense_output
 from strategies.forms import folded_output, folded_user, skeleton, truncated
 from strategies.messages import Message, iterations, old_indexes, tool_names
 from strategies.options import ForgetOptions, TieredOptions
@@ -44,17 +46,19 @@ from strategies.working_set import first_steps, footing, raw_count
 SMALL_TOKENS = 256
 
 REASONS = {
-    1: "old tool outputs truncated to head and evidence",
+    1: "old tool outputs truncated to head and evidence, or their JSON records made tables",
     2: "old tool outputs folded to placeholders that keep their key evidence lines",
     3: "old assistant turns reduced to their tool-call skeleton",
 }
 
 
 def _transform(phase: int, messages: list[Message], ctx: Context) -> Callable:
+    names = tool_names(messages)
     if phase == 1:
         head = ctx.opts(TieredOptions).truncate_chars
-        return lambda cur, raw: truncated(raw, head)
-    names = tool_names(messages)
+        return lambda cur, raw: (
+            dense_output(raw, names.get(raw.get("tool_call_id", ""), "?")) or truncated(raw, head)
+        )
 
     def fold(raw: Message, keep_evidence: bool) -> Message | None:
         if raw.get("role") == "user":
@@ -145,12 +149,20 @@ def fold_newest(messages: list[Message], ctx: Context) -> StrategyResult:
     config file, a one-line answer): little room to gain, and often the exact value needed."""
     held = set(footing(messages, ctx)) | _spared(messages, ctx)
     tools = [i for i in old_indexes(messages, ctx.keep_recent(), ("tool",)) if i not in held]
+    names = tool_names(messages)
+    fold = _transform(2, messages, ctx)
+
+    def table_or_fold(cur: Message, raw: Message) -> Message | None:
+        # A table keeps every value of an output of records in about half its room.
+        return dense_output(raw, names.get(raw.get("tool_call_id", ""), "?")) or fold(cur, raw)
+
     return compact_until(
         messages,
         ctx,
         reversed(tools),
-        _transform(2, messages, ctx),
+        table_or_fold,
         strategy="tiered",
         phase=2,
-        reason="the newest old tool outputs folded to placeholders (a light step near the end)",
+        reason="the newest old tool outputs folded to placeholders, or their records made "
+        "tables (a light step near the end)",
     )

@@ -3,6 +3,7 @@ the user's words first, and stays valid, within budget and the same bytes each t
 
 from __future__ import annotations
 
+import json
 import math
 
 from hypothesis import HealthCheck, given, settings
@@ -71,7 +72,8 @@ def test_headroom_is_left_free_and_the_rest_filled():
 
 def test_the_newest_forgotten_steps_come_back_whole_when_the_ledger_is_whole():
     """An agent history whose forgotten steps hold no user words: the room goes to the newest
-    forgotten steps, whole, with their calls."""
+    forgotten steps, whole, with their calls; the one that no longer fits whole comes back cut
+    to the room left, naming its original."""
     msgs = agent_history([log_lines(12, f"step {n} " + "line {i} ok") for n in range(80)])
     window = COUNTER.count_messages(msgs) // 3
     filled, unfilled = one_shot(msgs, window, 0.0), one_shot(msgs, window, 1.0)
@@ -80,7 +82,9 @@ def test_the_newest_forgotten_steps_come_back_whole_when_the_ledger_is_whole():
     outputs = [m for m in filled.messages if m["role"] == "tool"]
     unfilled_outputs = [m for m in unfilled.messages if m["role"] == "tool"]
     assert len(outputs) > len(unfilled_outputs)
-    assert all(m in msgs for m in outputs)  # whole, as sent
+    cut = [m for m in outputs if m not in msgs]
+    assert len(cut) <= 1 and all("cut to fit" in m["content"] for m in cut)
+    assert len(outputs) - len(cut) > len(unfilled_outputs)  # the others whole, as sent
 
 
 def test_the_same_history_gives_the_same_bytes():
@@ -131,3 +135,52 @@ def test_any_view_that_does_not_fit_is_filled_valid_and_within_budget(msgs, shar
         # Filled to 0.9 of the level, or the next step to come back does not fit whole.
         top = level(result, headroom, fixed_part(msgs))
         assert result.tokens_compiled >= min(0.9 * top, top - largest_step(msgs))
+
+
+def test_a_forgotten_output_bigger_than_the_room_comes_back_cut_to_fill_it():
+    """BFCL's trading tasks: an earlier quote of 20k tokens in a 10k room was forgotten whole
+    and the fill stopped there (views at 0.03-0.4 of the budget); it comes back cut to the room
+    left, its head first and its ref to the rest, as a trim keeps the message it stops at."""
+    quote = {"price": 227.16, "symbol": "AAPL", "history": [round(200 + i * 0.37, 2)
+                                                            for i in range(6000)]}  # fmt: skip
+
+    def step(cid: str, name: str, out: str) -> list[dict]:
+        fn = {"name": name, "arguments": "{}"}
+        return [
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": cid, "type": "function", "function": fn}]},
+            {"role": "tool", "tool_call_id": cid, "content": out},
+            {"role": "assistant", "content": "Done."},
+        ]  # fmt: skip
+
+    msgs = [
+        {"role": "system", "content": "You complete tasks with tools."},
+        {"role": "user", "content": "Add Zeta to my watchlist."},
+        *step("c1", "add_to_watchlist", '{"watchlist": ["NVDA", "ZETA"]}'),
+        {"role": "user", "content": "Bring up the quote for AAPL."},
+        *step("c2", "get_stock_info", json.dumps(quote)),
+        {"role": "user", "content": "Buy 100 shares at that price."},
+        *step("c3", "place_order", '{"order_id": 12446, "status": "Pending"}'),
+        {"role": "user", "content": "Show me the details of that order."},
+    ]
+    result = one_shot(msgs, COUNTER.count_messages(msgs) // 2, 0.0)
+    assert result.tokens_compiled >= 0.9 * result.budget  # before: 0.03
+    assert result.tokens_compiled <= result.budget
+    text = canonical_json(result.messages)
+    assert "227.16" in text and "12446" in text and "/messages/" in text
+    check_valid(msgs, result.messages)
+
+
+def test_a_forgotten_output_cut_to_come_back_leaves_the_ledger_its_room():
+    """The user's statements among forgotten steps stay in the ledger whole when the newest
+    forgotten step, too big to come back whole, comes back cut (planted statements at 2,048
+    tokens fell from 17 of 17 to 1 of 17 when the cut took the ledger's room)."""
+    msgs = statements(40)[:-1]
+    msgs += agent_history([log_lines(300, "row {i}: value ok"), "done"])[2:]
+    msgs += [{"role": "user", "content": "Which numbers did I give you?"}]
+    window = COUNTER.count_messages(msgs) // 2
+    result = one_shot(msgs, window, 0.0)
+    assert kept(result.messages, 40) == 40
+    assert "cut to fit" in canonical_json(result.messages)
+    assert result.tokens_compiled >= 0.9 * result.budget
+    check_valid(msgs, result.messages)

@@ -112,6 +112,19 @@ def test_a_json_output_stays_json_with_its_leading_fields_and_the_named_record()
     assert original_ref(history[-1]) in output_in(view)
 
 
+def test_a_json_output_of_one_long_text_field_fills_its_room() -> None:
+    """BFCL's car status: {"metadata": <6k chars of text>, "fuelLevel": 10.0}. The search for
+    the longest form stopped at two fields' width, so the text was cut to 48 characters and
+    the output used under a tenth of its room."""
+    text = " ".join(f"Feature {i}: {WORDS[i % len(WORDS)]} ok;" for i in range(600))
+    output = json.dumps({"metadata": text, "fuelLevel": 10.0})
+    history = pending(output, "How much fuel is left?")
+    view = view_of(history, 1_500)
+    value = json.loads(output_in(view))  # still valid JSON
+    assert value["fuelLevel"] == 10.0 and len(value["metadata"]) > 2_000
+    assert used(view) >= 0.9 * 1_500
+
+
 def test_an_output_that_fits_comes_back_whole() -> None:
     small = listing(40)
     history = asked(small)
