@@ -1,8 +1,10 @@
-"""Which tool outputs are a file's newest read that no edit has superseded yet.
+"""Which tool outputs are the newest read of a file the agent edits.
 
 An agent copies an edit's `old_string` from the newest view of the file, so that view must stay
-verbatim until the agent reads the file again or edits it (after an edit the view is stale and
-the agent reads again anyway). What counts as a read or an edit is decided by the call: a
+verbatim until the agent reads the file again. Its own edits since do not make it useless: the
+read with the edit calls in view is the file as it stands, and an agent fixing one bug after
+another in a file edits from it again (folded, it reads the whole file anew: the task benchmark
+at 4k re-read 11 files a run). What counts as a read or an edit is decided by the call: a
 viewing tool or a one-step `cat`/`sed -n`/`head` of a path, an edit tool, `apply_patch`, or a
 shell step that writes a file (`sed -i`, `tee`, `>`).
 """
@@ -104,9 +106,9 @@ def _shell(command: str) -> tuple[str, list[str]] | None:
 
 
 def live_reads(messages: Sequence[Message], ctx: Context) -> list[int]:
-    """Indexes of tool outputs that are the newest read of a file the session is editing (it
-    edited the file before) with no edit of it after, newest first, while they fit
-    READS_SHARE of the room. A file only ever read is an ordinary output."""
+    """Indexes of tool outputs that are the newest read of a file the session edits (before
+    or after that read), newest first, while they fit READS_SHARE of the room. A file only
+    ever read is an ordinary output."""
     calls = calls_by_id(messages)
     newest: dict[str, int] = {}
     edited: set[str] = set()
@@ -122,7 +124,6 @@ def live_reads(messages: Sequence[Message], ctx: Context) -> list[int]:
                 newest[path] = i
             else:
                 edited.add(path)
-                newest.pop(path, None)  # the view is stale now
     order = sorted(((p, i) for p, i in newest.items() if p in edited), key=lambda kv: -kv[1])
     room = int(READS_SHARE * ctx.room()) if ctx.budget else 0
     held: list[int] = []
