@@ -140,3 +140,17 @@ def test_forgetting_older_steps_keeps_the_read_of_the_file_the_agent_edits():
     result = compile_view(msgs, plan, COUNTER.count_message, lambda raw: raw)
     assert any(e.strategy == "forget" for e in result.events)
     assert SOURCE in [m.get("content") for m in result.view]
+
+
+def test_a_small_window_keeps_the_read_of_the_file_the_agent_edits_at_over_a_third_of_its_room():
+    """At a 4k window one source file is over a third of the room: it stays, and the agent's
+    next fix in that file needs no second read."""
+    step = ("bash", {"command": "make"}, log_lines(8))
+    read = ("read_file", {"path": "shopkit/billing.py"}, SOURCE)
+    edit = ("edit", {"path": "shopkit/billing.py", "old_string": "a", "new_string": "b"}, "ok")
+    msgs = history(*[step] * 40, read, step, step, edit)
+    plan = Plan(["traceback", "tiered", "forget"], budget=3700, target=1850, trigger=3100)
+    assert COUNTER.count_message({"role": "tool", "content": SOURCE}) > plan.budget / 3
+    result = compile_view(msgs, plan, COUNTER.count_message, lambda raw: raw)
+    assert any(e.strategy == "forget" for e in result.events)
+    assert SOURCE in [m.get("content") for m in result.view]
