@@ -19,6 +19,7 @@ from typing import Any
 
 from strategies.calls import COMMAND_KEYS, calls_by_id
 from strategies.context import Context
+from strategies.memo import text_cache
 from strategies.messages import Message
 
 READ_TOOLS = frozenset(
@@ -81,6 +82,7 @@ def _patched(args: dict[str, Any]) -> list[str]:
     return [_norm(a or b) for a, b in _PATCH_FILE.findall(text)]
 
 
+@text_cache()  # each turn asks again of the same commands (tiered, traceback, forget)
 def _shell(command: str) -> tuple[str, list[str]] | None:
     if "apply_patch" in command or "*** Begin Patch" in command:
         paths = _patched({"patch": command})
