@@ -234,7 +234,8 @@ def run(
 
     upstream = Upstream(session, window)
     out = Run(config, window)
-    with ServerThread(upstream.app()) as up, tempfile.TemporaryDirectory() as tmp:
+    port = spawn.free_port()  # within BENCH_PORTS when set
+    with ServerThread(upstream.app(), port=port) as up, tempfile.TemporaryDirectory() as tmp:
         proxy = _start_proxy(Path(tmp), up.url, window, CONFIGS[config], code)
         try:
             with httpx.Client(base_url=proxy.url, timeout=120) as client:

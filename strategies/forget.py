@@ -3,8 +3,9 @@
 An iteration (an assistant message with all its tool results, or a user turn) goes as one
 block, so tool calls stay paired. Never forgotten: the prompts, the task (first user message),
 the latest user message, the latest iteration and the keep window; below FORGET_ANY also the
-first steps (`keep_first`); below LAST_RESORT the working set and the newest output (too big,
-it is cut to fit instead: strategies/cut.py). The marker says what was left
+first steps (`keep_first`); below LAST_RESORT the footing (the working set and the newest reads
+of files the agent edits) and the newest output (too big, it is cut to fit instead:
+strategies/cut.py). The marker says what was left
 out (how many messages and steps, which tools with their key arguments, which history
 positions) and how to get it back, then carries the ledger (strategies/ledger.py): the
 forgotten user messages and the statements the session depends on, verbatim. It sits where
@@ -36,7 +37,7 @@ from strategies.messages import (
 from strategies.options import ForgetOptions
 from strategies.registry import register
 from strategies.state import runs
-from strategies.working_set import first_steps, newest_output, working_set
+from strategies.working_set import first_steps, footing, newest_output
 
 LABEL = "forget"
 SEPARATOR = "\n\n"  # between a merged marker and its host's own text
@@ -63,7 +64,7 @@ def drop_oldest(
     lineage = ctx.lineage or Lineage(messages)
     ctx = replace(ctx, lineage=lineage)
     view = _without_marker(messages, lineage) if marker else list(messages)
-    held = set(working_set(view, ctx)) | set(newest_output(view)) if marker else set()
+    held = set(footing(view, ctx)) | set(newest_output(view)) if marker else set()
     units = _units(view, ctx, held, marker)
     room = (_reserve(ctx, lineage) if reserve is None else reserve) if marker else 0
     dropped = _choose(view, units, held, ctx, room)
@@ -104,7 +105,7 @@ def drop_oldest(
 def _choose(
     view: list[Message], units: list[Unit], held: set[int], ctx: Context, reserve: int
 ) -> set[int]:
-    """The blocks to drop: oldest first, the working set last, until the view meets the
+    """The blocks to drop: oldest first, the footing last, until the view meets the
     target. Nothing while what must stay does not fit even alone: a deeper level first cuts
     what stays (the latest output), and then older steps need not all go."""
     counts = [ctx.count(m) for m in view]
@@ -129,7 +130,7 @@ def _units(view: list[Message], ctx: Context, held: set[int], marker: bool) -> l
     """The view's iterations, oldest first, each marked whether it may be forgotten now.
 
     With a marker (forget, not sliding_window): the first steps (`keep_first` of the budget)
-    and the user's own messages stay below FORGET_ANY, the working set below LAST_RESORT.
+    and the user's own messages stay below FORGET_ANY, the footing below LAST_RESORT.
     The head stands at the start of every later view, so what a firing changes begins after
     it and the model server's cache keeps it; a first look around a project is often needed
     again too."""

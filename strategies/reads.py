@@ -1,8 +1,10 @@
-"""Which tool outputs are a file's newest read that no edit has superseded yet.
+"""Which tool outputs are the newest read of a file the agent edits.
 
 An agent copies an edit's `old_string` from the newest view of the file, so that view must stay
-verbatim until the agent reads the file again or edits it (after an edit the view is stale and
-the agent reads again anyway). What counts as a read or an edit is decided by the call: a
+verbatim until the agent reads the file again. Its own edits since do not make it useless: the
+read with the edit calls in view is the file as it stands, and an agent fixing one bug after
+another in a file edits from it again (folded, it reads the whole file anew: the task benchmark
+at 4k re-read 11 files a run). What counts as a read or an edit is decided by the call: a
 viewing tool or a one-step `cat`/`sed -n`/`head` of a path, an edit tool, `apply_patch`, or a
 shell step that writes a file (`sed -i`, `tee`, `>`).
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 from strategies.calls import COMMAND_KEYS, calls_by_id, shell_words
 from strategies.context import Context
+from strategies.memo import text_cache
 from strategies.messages import Message
 
 READ_TOOLS = frozenset(
@@ -32,8 +35,9 @@ EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "
 PATH_KEYS = ("path", "file_path", "filename", "file", "target_file", "notebook_path")
 READ_PROGRAMS = frozenset({"cat", "nl", "head", "tail", "bat", "sed", "less", "more"})
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$|^\+\+\+ (?:b/)?(\S+)", re.M)
-# Of the room, what verbatim reads may hold, the newest first.
-READS_SHARE = 0.3
+# Of the room, what verbatim reads may hold, the newest first: at a 4k window (a room of
+# ~1,900 tokens) one ~800-token source file, which 0.3 left out (the task bench re-read it).
+READS_SHARE = 0.4
 
 
 def _args(function: dict[str, Any]) -> dict[str, Any]:
@@ -77,6 +81,7 @@ def _patched(args: dict[str, Any]) -> list[str]:
     return [_norm(a or b) for a, b in _PATCH_FILE.findall(text)]
 
 
+@text_cache()  # each turn asks again of the same commands (tiered, traceback, forget)
 def _shell(command: str) -> tuple[str, list[str]] | None:
     if "apply_patch" in command or "*** Begin Patch" in command:
         paths = _patched({"patch": command})
@@ -102,9 +107,9 @@ def _shell(command: str) -> tuple[str, list[str]] | None:
 
 
 def live_reads(messages: Sequence[Message], ctx: Context) -> list[int]:
-    """Indexes of tool outputs that are the newest read of a file the session is editing (it
-    edited the file before) with no edit of it after, newest first, while they fit
-    READS_SHARE of the room. A file only ever read is an ordinary output."""
+    """Indexes of tool outputs that are the newest read of a file the session edits (before
+    or after that read), newest first, while they fit READS_SHARE of the room. A file only
+    ever read is an ordinary output."""
     calls = calls_by_id(messages)
     newest: dict[str, int] = {}
     edited: set[str] = set()
@@ -120,7 +125,6 @@ def live_reads(messages: Sequence[Message], ctx: Context) -> list[int]:
                 newest[path] = i
             else:
                 edited.add(path)
-                newest.pop(path, None)  # the view is stale now
     order = sorted(((p, i) for p, i in newest.items() if p in edited), key=lambda kv: -kv[1])
     room = int(READS_SHARE * ctx.room()) if ctx.budget else 0
     held: list[int] = []

@@ -70,9 +70,9 @@ def working_set(messages: Sequence[Message], ctx: Context) -> list[int]:
 
 
 def footing(messages: Sequence[Message], ctx: Context) -> list[int]:
-    """What tiered folds only once the keep window is gone: the working set and the newest
-    reads of files the agent is editing (strategies/reads.py). `forget` holds only the working
-    set: a read it forgets goes whole, and the agent reads again."""
+    """What tiered folds only once the keep window is gone and `forget` leaves until the last
+    resort: the working set and the newest reads of files the agent edits (strategies/reads.py;
+    a read forgotten goes whole, and the agent reads the file again)."""
     return sorted(set(working_set(messages, ctx)) | set(live_reads(messages, ctx)))
 
 

@@ -87,19 +87,20 @@ def test_a_folded_test_report_names_each_failing_test_and_its_place():
         assert needed in lines, needed
 
 
-def test_the_newest_read_of_a_file_being_edited_stays_verbatim_until_an_edit_supersedes_it():
+def test_the_newest_read_of_a_file_being_edited_stays_verbatim_until_a_newer_read():
     read = ("read_file", {"path": "shopkit/billing.py"}, SOURCE)
     edit = ("edit", {"path": "shopkit/billing.py", "old_string": "a", "new_string": "b"}, "ok")
     msgs = history(RUN, read, edit, read, RUN, RUN, RUN, RUN, RUN)
     budget = usage(msgs) // 2
     for pressure in (0, ALL_PHASES):
         out, events = tiered(msgs, ctx(msgs, budget=budget, pressure=pressure))
-        assert events and out[9]["content"] == SOURCE  # the read after the edit
-        assert out[5]["content"] != SOURCE  # the read the edit superseded folds
-    # Edited again after the read: the view is stale and folds like any other output.
+        assert events and out[9]["content"] == SOURCE  # the newest read
+        assert out[5]["content"] != SOURCE  # the older read folds
+    # Edited again after the read: with the edit in view it is still the file the agent edits
+    # from (the next bug in the same file), so it stays.
     edited = history(RUN, read, edit, read, edit, RUN, RUN, RUN, RUN, RUN)
     out, _ = tiered(edited, ctx(edited, budget=budget, pressure=ALL_PHASES))
-    assert out[9]["content"] != SOURCE
+    assert out[9]["content"] == SOURCE
     # A file only read, never edited, is an ordinary output.
     only = history(RUN, read, RUN, RUN, RUN, RUN, RUN)
     out, _ = tiered(only, ctx(only, budget=budget, pressure=ALL_PHASES))
@@ -127,3 +128,29 @@ def test_reads_and_edits_are_told_by_the_call():
     }
     assert file_action(editor) == ("read", ["x.py"])
     assert file_action({"name": "bash", "arguments": '{"command": "pytest -q"}'}) is None
+
+
+def test_forgetting_older_steps_keeps_the_read_of_the_file_the_agent_edits():
+    """The read stays whole while the steps around it are forgotten: the agent's next edit of
+    the same file copies from it instead of reading the file again."""
+    read = ("read_file", {"path": "shopkit/billing.py"}, SOURCE)
+    edit = ("edit", {"path": "shopkit/billing.py", "old_string": "a", "new_string": "b"}, "ok")
+    msgs = history(*[RUN] * 50, read, RUN, RUN, edit)
+    plan = Plan(["traceback", "tiered", "forget"], budget=6000, target=3000, trigger=5000)
+    result = compile_view(msgs, plan, COUNTER.count_message, lambda raw: raw)
+    assert any(e.strategy == "forget" for e in result.events)
+    assert SOURCE in [m.get("content") for m in result.view]
+
+
+def test_a_small_window_keeps_the_read_of_the_file_the_agent_edits_at_over_a_third_of_its_room():
+    """At a 4k window one source file is over a third of the room: it stays, and the agent's
+    next fix in that file needs no second read."""
+    step = ("bash", {"command": "make"}, log_lines(8))
+    read = ("read_file", {"path": "shopkit/billing.py"}, SOURCE)
+    edit = ("edit", {"path": "shopkit/billing.py", "old_string": "a", "new_string": "b"}, "ok")
+    msgs = history(*[step] * 40, read, step, step, edit)
+    plan = Plan(["traceback", "tiered", "forget"], budget=3700, target=1850, trigger=3100)
+    assert COUNTER.count_message({"role": "tool", "content": SOURCE}) > plan.budget / 3
+    result = compile_view(msgs, plan, COUNTER.count_message, lambda raw: raw)
+    assert any(e.strategy == "forget" for e in result.events)
+    assert SOURCE in [m.get("content") for m in result.view]
