@@ -218,3 +218,38 @@ def test_statements_with_a_value_a_quantity_a_date_or_a_name_outlast_small_talk(
     carried = ledger.render(raw, list(range(1, len(raw))), 320)
     assert "left out for room" in carried
     assert all(s in carried for s in said), carried
+
+
+LEADS = ["For the record:", "Just so you know,", "Please remember that", "I decided that"]
+
+
+def test_short_of_room_each_statement_keeps_the_clause_with_its_value() -> None:
+    """Where whole statements do not all fit, the lead-ins and tails the user repeats go first,
+    marked "…", so that every value stays, verbatim, and the heading says words were cut."""
+    said = [
+        f"{LEADS[i % 4]} the locker code number {i} is {1000 + 37 * i}"
+        + (", and that is final." if i % 3 == 0 else ".")
+        for i in range(40)
+    ]
+    raw = [{"role": "user", "content": "task"}, *({"role": "user", "content": t} for t in said)]
+    forgotten = list(range(1, len(raw)))
+    whole = ledger.render(raw, forgotten, 100_000)
+    carried = ledger.render(raw, forgotten, len(whole) * 4 // 5)
+    assert len(carried) <= len(whole) * 4 // 5
+    assert all(f"number {i} is {1000 + 37 * i}" in carried for i in range(40)), carried
+    assert "shortened or left out for room, … marks a cut" in carried
+    lines = carried.split("\n")[1:]
+    assert any(line.startswith("- … the locker code") for line in lines)
+    assert any(line.endswith(" …") for line in lines)
+    for line in lines:  # what is kept of a statement is its own words, in one piece
+        kept = line[2:].strip("… ")
+        assert "…" not in kept and any(kept in s for s in said), line
+
+
+def test_the_ledger_uses_the_room_it_is_given_before_it_shortens_anything() -> None:
+    said = [f"{LEADS[i % 4]} the locker code number {i} is {1000 + 37 * i}." for i in range(40)]
+    raw = [{"role": "user", "content": "task"}, *({"role": "user", "content": t} for t in said)]
+    forgotten = list(range(1, len(raw)))
+    whole = ledger.render(raw, forgotten, 100_000)
+    assert ledger.render(raw, forgotten, len(whole)) == whole
+    assert "left out" not in whole and "…" not in whole
