@@ -23,7 +23,7 @@ from strategies.memo import text_cache
 from strategies.messages import Message, recall_ref, text_of
 from strategies.values import CONCRETE, information, words_of
 
-HEADING = "The user's own words in those turns (verbatim, oldest first):"
+HEADING = "The user's own words in those turns (verbatim, a message a line, oldest first):"
 PARSED_CHARS = 20_000  # of a user message, at most, read for its words and relays
 
 FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+.-]*)")
@@ -193,7 +193,7 @@ def render(
     if not all_entries or cap <= 0:
         return ""
     whole = [e.text for e in all_entries]
-    if size(HEADING) + sum(size(f"- {t}") + 1 for t in whole) <= cap:
+    if size(HEADING) + sum(size(t) + 1 for t in whole) <= cap:
         return _text(whole, 0)
     heading = size(HEADING + _note(len(all_entries)))
     units = [
@@ -211,7 +211,7 @@ def render(
     started: set[int] = set()
     room = cap - heading
     for i in sorted(range(len(units)), key=lambda i: (-density[i], -i)):
-        extra = cost[i] + (0 if units[i].entry in started else size("- ") + 1)
+        extra = cost[i] + (0 if units[i].entry in started else 1)
         if extra <= room:
             chosen[i] = short[i]
             started.add(units[i].entry)
@@ -262,7 +262,7 @@ def _lines(units: list[Unit], chosen: dict[int, str]) -> list[str]:
 
 
 def _size(units: list[Unit], chosen: dict[int, str], size: Callable[[str], int]) -> int:
-    return sum(size(f"- {line}") + 1 for line in _lines(units, chosen))
+    return sum(size(line) + 1 for line in _lines(units, chosen))
 
 
 def _values(units: list[Unit], held: frozenset[str]) -> dict[int, float]:
@@ -292,4 +292,4 @@ def _note(left: int) -> str:
 
 
 def _text(kept: list[str], left: int) -> str:
-    return "\n".join([HEADING + (_note(left) if left else ""), *(f"- {text}" for text in kept)])
+    return "\n".join([HEADING + (_note(left) if left else ""), *kept])

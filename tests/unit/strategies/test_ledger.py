@@ -63,7 +63,7 @@ def test_the_least_informative_leave_first_by_generic_features():
     carried = ledger.render(raw, list(range(1, len(raw))), 400)
     assert len(carried) <= 400 and all(k in carried for k in kept), carried
     assert "left out for room" in carried  # the small talk and questions left: counted
-    whole = [m["content"] for m in raw[1:] if f"- {m['content']}\n" in carried + "\n"]
+    whole = [m["content"] for m in raw[1:] if f"\n{m['content']}\n" in carried + "\n"]
     assert len(raw) - 1 - len(whole) == int(re.search(r"\((\d+) shortened", carried)[1])
 
 
@@ -71,7 +71,7 @@ def test_every_user_message_verbatim_while_room_allows_duplicates_once():
     said = ["The port is 5433.", "How do I connect?", "thanks", "The port is 5433.", "Ok!"]
     raw = [{"role": "user", "content": "task"}, *({"role": "user", "content": t} for t in said)]
     carried = ledger.render(raw, list(range(1, len(raw))), 10_000)
-    assert all(f"- {t}" in carried for t in said) and "left out" not in carried
+    assert all(f"\n{t}" in carried for t in said) and "left out" not in carried
     assert carried.count("The port is 5433.") == 1  # an exact duplicate once
     near = "the port is 5433"  # the same words and values, another form: near duplicate
     raw.append({"role": "user", "content": near})
@@ -239,10 +239,10 @@ def test_short_of_room_each_statement_keeps_the_clause_with_its_value() -> None:
     assert all(f"number {i} is {1000 + 37 * i}" in carried for i in range(40)), carried
     assert "shortened or left out for room, … marks a cut" in carried
     lines = carried.split("\n")[1:]
-    assert any(line.startswith("- … the locker code") for line in lines)
+    assert any(line.startswith("… the locker code") for line in lines)
     assert any(line.endswith(" …") for line in lines)
     for line in lines:  # what is kept of a statement is its own words, in one piece
-        kept = line[2:].strip("… ")
+        kept = line.strip("… ")
         assert "…" not in kept and any(kept in s for s in said), line
 
 
