@@ -33,6 +33,7 @@ RELAY_LABEL = re.compile(
     r"stderr|log|logs|console|terminal|response|contents?)\b[^:\n]{0,100}:|observation\b)",
     re.IGNORECASE,
 )
+POINTER = "[relayed "  # how a relay pointer (ctxproxy's text, never cut) begins
 NEAR = 0.85  # word-set overlap over which two messages with the same values are one
 
 
@@ -51,7 +52,7 @@ class Entry:
 def relay_pointer(what: str, body: Sequence[str], ref: str) -> str:
     text = "\n".join(body)
     return (
-        f"[relayed {what}: {len(body):,} lines, {len(text):,} chars, not carried; "
+        f"{POINTER}{what}: {len(body):,} lines, {len(text):,} chars, not carried; "
         f'recall ref "{ref}"]'
     )
 
@@ -203,7 +204,7 @@ def render(
     ]
     value = _values(units, held)
     formula = formula_words([u.words for u in units])
-    short = [excerpt(u.text, formula) for u in units]
+    short = [u.text if u.text.startswith(POINTER) else excerpt(u.text, formula) for u in units]
     full = [size(u.text) + 1 for u in units]
     cost = [c if s == u.text else size(s) + 1 for c, s, u in zip(full, short, units, strict=True)]
     density = [value[i] / cost[i] ** 0.8 for i in range(len(units))]
@@ -230,8 +231,16 @@ def render(
 SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=\S)|(?<=\])\s+(?=\S)|\s+(?=\[relayed )")
 
 
+WHOLE_POINTER = re.compile(r"(\[relayed [^\]\n]*\])")
+
+
 def sentences(text: str) -> list[str]:
-    return [x for x in SENTENCE.split(text) if x.strip()]
+    """The sentences of a carried message; a relay pointer is one, whatever it holds."""
+    out: list[str] = []
+    for part in WHOLE_POINTER.split(text):
+        split = [part] if part.startswith(POINTER) else SENTENCE.split(part)
+        out += [x.strip() for x in split if x.strip()]
+    return out
 
 
 def _lines(units: list[Unit], chosen: dict[int, str]) -> list[str]:

@@ -253,3 +253,14 @@ def test_the_ledger_uses_the_room_it_is_given_before_it_shortens_anything() -> N
     whole = ledger.render(raw, forgotten, 100_000)
     assert ledger.render(raw, forgotten, len(whole)) == whole
     assert "left out" not in whole and "…" not in whole
+
+
+def test_a_relay_pointer_is_carried_whole_or_not_at_all() -> None:
+    log = "\n".join(f"2024-05-0{i} WARN disk {80 + i}% full" for i in range(6))
+    said = [f"Job {i} died, see:\n```\n{log}\n```\nKeep retries at {i}." for i in range(30)]
+    raw = [{"role": "user", "content": "task"}, *({"role": "user", "content": t} for t in said)]
+    carried = ledger.render(raw, list(range(1, len(raw))), 1500)
+    assert "left out for room" in carried
+    for line in carried.split("\n")[1:]:
+        assert ("[relayed " in line) == ("recall ref" in line), line
+        assert all(f"retries at {i}." in carried for i in range(10, 30))
