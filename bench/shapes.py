@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.corpus import build
+from bench.longchat import long_chat
 from bench.planted import misleading_session, planted_session
 
 SYSTEM = "You are a helpful assistant. Use the tools when you need data."
@@ -73,6 +74,14 @@ def statements(seed: int, n: int = 300) -> Case:
     return Case(
         "statements", f"statements-{seed}", [*msgs, {"role": "user", "content": question}], probes
     )
+
+
+def chat_facts(seed: int) -> Case:
+    """(a) bench/longchat.py's conversation (LongMemEval-like): facts among chit-chat and
+    questions, long replies, some facts updated; a question about one fact, its newest value
+    the probe."""
+    msgs, probes, _ = long_chat(seed)
+    return Case("long chat", f"long-chat-{seed}", msgs, probes)
 
 
 def _call(cid: str, name: str, args: dict) -> dict:
@@ -197,6 +206,7 @@ GOODS = ["kettle", "toaster", "lamp", "chair", "blender", "mug", "pan", "clock",
 def cases(seeds: int, shapes: list[str]) -> list[Case]:
     makers = {
         "statements": lambda s: statements(s),
+        "long chat": chat_facts,
         "listing": listing,
         "big result": big_result,
         "earlier values": earlier_values,

@@ -98,7 +98,7 @@ def _unforget(
     """The ledger given the room up to `level`, then the newest forgotten steps whole."""
     wide = replace(ctx, target=level)
     best = _checked(lineage, forget.remark(view, wide), level, ctx) or view
-    if not _ledger_whole(best):
+    if not _ledger_whole(best, lineage):
         return _ledger_to(best, ctx, level)
     iters = iterations(lineage.raw)
     back: list[int] = []  # forgotten steps to bring back together (one alone may clash)
@@ -114,7 +114,7 @@ def _unforget(
             best = _cut_in(best, back, ctx, level, tables) or best
             break
         checked = _checked(lineage, candidate, level, ctx)
-        if checked is None or not _ledger_whole(checked):
+        if checked is None or not _ledger_whole(checked, lineage):
             if len(set(iters[i] for i in back)) < TOGETHER:
                 continue
             lineage.forgotten.update(back)
@@ -215,7 +215,7 @@ def _cut_at(
     if remark and lineage.forgotten:
         cutin = forget.remark(cutin, replace(ctx, target=level))
     checked = _checked(lineage, cutin, level, ctx)
-    if checked is not None and _ledger_whole(checked) and _has_ledger(checked, before):
+    if checked is not None and _ledger_whole(checked, lineage) and _has_ledger(checked, before):
         return checked
     return None
 
@@ -249,13 +249,18 @@ def _checked(lineage: Lineage, view: list[Message], level: int, ctx: Context) ->
     return view
 
 
-def _ledger_whole(view: list[Message]) -> bool:
-    """Whether the marker's ledger, if any, carries every forgotten user message whole."""
+def _ledger_whole(view: list[Message], lineage: Lineage) -> bool:
+    """Whether the marker's ledger carries every forgotten user message whole: a view whose
+    marker lost its ledger for room while user messages are forgotten does not."""
     for m in view:
         text = text_of(m) or ""
-        if HEADING in text and SHORT in text.split(HEADING, 1)[1].split("\n", 1)[0]:
-            return False
-    return True
+        if HEADING in text:
+            return SHORT not in text.split(HEADING, 1)[1].split("\n", 1)[0]
+    return not any(_said(lineage.raw[i]) for i in lineage.forgotten)
+
+
+def _said(msg: Message) -> bool:
+    return msg.get("role") == "user" and bool((text_of(msg) or "").strip())
 
 
 def _has_ledger(view: list[Message], before: list[Message]) -> bool:

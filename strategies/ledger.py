@@ -18,31 +18,14 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from strategies.excerpts import ELLIPSIS, excerpt, formula_words
 from strategies.memo import text_cache
 from strategies.messages import Message, recall_ref, text_of
+from strategies.values import CONCRETE, information, words_of
 
-HEADING = "The user's own words in those turns (verbatim, oldest first):"
+HEADING = "The user's own words in those turns (verbatim, a message a line, oldest first):"
 PARSED_CHARS = 20_000  # of a user message, at most, read for its words and relays
 
-_WORD = re.compile(r"[A-Za-z0-9_]+(?:['’][a-z]+)?")
-CONCRETE = re.compile(
-    r"\d|[\w-][/\\][\w.-]|\b\w+[._-]\w+\b|`[^`\n]+`|\"[^\"\n]+\"|\b[A-Z]{2,}\b|"
-    r"\b[a-z]+[A-Z]\w*\b|https?://|@\w"
-)
-# Modality as a general feature of English: obligation, prohibition, permission, limits.
-MODAL = re.compile(
-    r"\b(?:must|mustn'?t|should|shouldn'?t|shall|never|always|only|don'?t|do not|does not|"
-    r"cannot|can'?t|may not|avoid|required?|requires|prefer(?:red|s)?|forbidden|allowed|"
-    r"at (?:most|least)|no (?:more|less|later|earlier) than|maximum|minimum|limit(?:ed)?|"
-    r"exactly|without|instead|rather than|need(?:s)? to|has to|have to|ensure|make sure)\b",
-    re.IGNORECASE,
-)
-STOP = frozenset(
-    "the a an and or but of to in on at for with by from as is are was were be been it this "
-    "that these those there here we i you he she they me my our your its their what which who "
-    "how why when where do does did can could would will shall should may might have has had "
-    "not no yes so if then than also just very please ok okay thanks thank".split()
-)
 FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+.-]*)")
 # A line that labels what follows as relayed output (aider, ReAct and pasted logs).
 RELAY_LABEL = re.compile(
@@ -50,6 +33,7 @@ RELAY_LABEL = re.compile(
     r"stderr|log|logs|console|terminal|response|contents?)\b[^:\n]{0,100}:|observation\b)",
     re.IGNORECASE,
 )
+POINTER = "[relayed "  # how a relay pointer (ctxproxy's text, never cut) begins
 NEAR = 0.85  # word-set overlap over which two messages with the same values are one
 
 
@@ -68,7 +52,7 @@ class Entry:
 def relay_pointer(what: str, body: Sequence[str], ref: str) -> str:
     text = "\n".join(body)
     return (
-        f"[relayed {what}: {len(body):,} lines, {len(text):,} chars, not carried; "
+        f"{POINTER}{what}: {len(body):,} lines, {len(text):,} chars, not carried; "
         f'recall ref "{ref}"]'
     )
 
@@ -133,68 +117,13 @@ def user_form(text: str, ref: str) -> str:
     return " ".join(" ".join(out).split())
 
 
-def _information(text: str, held: frozenset[str] = frozenset()) -> float:
-    """Values the view does not hold yet (concrete ones by their length, quantities and times
-    stated in words one each) and modality count; a question counts less than a statement;
-    relay pointers count nothing."""
-    score = 0.0
-    for sentence in re.split(r"(?<=[.!?])\s+", text):
-        if sentence.startswith("[relayed "):
-            continue
-        values = [m for m in _specific(sentence) if m.lower().strip(".,:;") not in held]
-        concrete = sum(min(len(m), 8) / 4 for m in values)
-        named = [w for w in _stated(sentence) if w.lower() not in held]
-        value = 0.5 + concrete + len(named) + 1.5 * len(MODAL.findall(sentence))
-        score += value * (0.35 if sentence.rstrip().endswith("?") else 1.0)
-    return score
-
-
-def _specific(sentence: str) -> list[str]:
-    """The concrete tokens of a sentence: numbers, paths, identifiers, quoted text."""
-    return [
-        w
-        for w in re.findall(r"`[^`]+`|\"[^\"]+\"|[\w@/\\.:-]+", sentence)
-        if CONCRETE.search(w) and len(w.strip(".:-")) > 1 or len(w) > 2 and w.isdigit()
-    ]
-
-
-# The words English states a quantity or a time with (a closed class, like the digits), and
-# its calendar: a statement that carries one is a fact with a value, however it is phrased.
-QUANTITY = re.compile(
-    r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|"
-    r"fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|"
-    r"seventy|eighty|ninety|hundred|thousand|million|billion|dozen|half|twice|double|triple|"
-    r"first|second|third|fourth|fifth|tenth|once)\b",
-    re.IGNORECASE,
-)
-WHEN = re.compile(
-    r"\b(?:ago|yesterday|today|tonight|tomorrow|weekend|(?:last|next|this) (?:week|month|year|"
-    r"time|night|morning|spring|summer|fall|autumn|winter)|(?:mon|tues|wednes|thurs|fri|satur|"
-    r"sun)day|january|february|march|april|may|june|july|august|september|october|november|"
-    r"december|spring|summer|autumn|winter)\b",
-    re.IGNORECASE,
-)
-
-
-def _stated(sentence: str) -> list[str]:
-    """The quantities and times a sentence states in words: a number word, a date or a
-    relative time. (Capitalised names were tried: they cost side constraints among chat
-    full of names, so they do not count.)"""
-    return [*QUANTITY.findall(sentence), *WHEN.findall(sentence)]
-
-
-@text_cache()
-def words_of(text: str) -> frozenset[str]:
-    return frozenset(w for w in _WORD.findall(text.lower()) if w not in STOP and len(w) > 1)
-
-
 @text_cache()
 def _entry_parts(text: str, ref: str) -> tuple[str, frozenset[str], float, tuple[str, ...]]:
     carried = user_form(text, ref)
     return (
         carried,
         words_of(carried),
-        _information(carried),
+        information(carried),
         tuple(sorted(CONCRETE.findall(carried))),
     )
 
@@ -256,34 +185,44 @@ def render(
     """The ledger within `cap` (in the units of `size`, summed line by line; "" when nothing
     is carried). Every message whole when all fit; else sentence by sentence, the least
     informative per unit of size leaving first, novelty judged against `held` (the words the
-    view already holds) and against the other sentences. A shortened message shows "…" where
-    sentences left; the heading says how many messages were shortened or left out."""
+    view already holds) and against the other sentences. Sentences are chosen in their
+    excerpt's size (strategies/excerpts.py: without the lead-ins and tails the user repeats),
+    and the room left then brings the cut words back, the cheapest first. A shortened message
+    shows "…" where words or sentences left; the heading says how many were shortened or
+    left out."""
     all_entries = entries(raw, forgotten)
     if not all_entries or cap <= 0:
         return ""
     whole = [e.text for e in all_entries]
-    heading = size(HEADING + " (0000 shortened or left out for room; recall them by query)")
-    if heading + sum(size(f"- {t}") + 1 for t in whole) <= cap:
+    if size(HEADING) + sum(size(t) + 1 for t in whole) <= cap:
         return _text(whole, 0)
+    heading = size(HEADING + _note(len(all_entries)))
     units = [
         Unit(k, n, t, words_of(t))
         for k, e in enumerate(all_entries)
         for n, t in enumerate(sentences(e.text))
     ]
     value = _values(units, held)
-    cost = [size(u.text) + 1 for u in units]
-    order = sorted(range(len(units)), key=lambda i: (-value[i] / cost[i] ** 0.8, -i))
-    chosen: set[int] = set()
-    room = cap - heading
+    formula = formula_words([u.words for u in units])
+    short = [u.text if u.text.startswith(POINTER) else excerpt(u.text, formula) for u in units]
+    full = [size(u.text) + 1 for u in units]
+    cost = [c if s == u.text else size(s) + 1 for c, s, u in zip(full, short, units, strict=True)]
+    density = [value[i] / cost[i] ** 0.8 for i in range(len(units))]
+    chosen: dict[int, str] = {}
     started: set[int] = set()
-    for i in order:
-        extra = cost[i] + (0 if units[i].entry in started else size("- ") + 1)
+    room = cap - heading
+    for i in sorted(range(len(units)), key=lambda i: (-density[i], -i)):
+        extra = cost[i] + (0 if units[i].entry in started else 1)
         if extra <= room:
-            chosen.add(i)
+            chosen[i] = short[i]
             started.add(units[i].entry)
             room -= extra
+    for i in sorted(chosen, key=lambda i: (full[i] - cost[i], -i)):
+        if chosen[i] != units[i].text and full[i] - cost[i] <= room:
+            chosen[i] = units[i].text
+            room -= full[i] - cost[i]
     while chosen and _size(units, chosen, size) + heading > cap:
-        chosen.discard(min(chosen, key=lambda i: (value[i] / cost[i] ** 0.8, i)))
+        del chosen[min(chosen, key=lambda i: (density[i], i))]
     lines = _lines(units, chosen)
     changed = len(all_entries) - sum(line in whole for line in lines)
     return _text(lines, changed) if lines else ""
@@ -292,33 +231,47 @@ def render(
 SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=\S)|(?<=\])\s+(?=\S)|\s+(?=\[relayed )")
 
 
+WHOLE_POINTER = re.compile(r"(\[relayed [^\]\n]*\])")
+
+
 def sentences(text: str) -> list[str]:
-    return [x for x in SENTENCE.split(text) if x.strip()]
-
-
-def _lines(units: list[Unit], chosen: set[int]) -> list[str]:
-    """Each entry with a chosen sentence, as one line; "…" marks where sentences left."""
-    by_entry: dict[int, list[tuple[Unit, bool]]] = {}
-    for i, u in enumerate(units):
-        by_entry.setdefault(u.entry, []).append((u, i in chosen))
-    out = []
-    for parts in by_entry.values():
-        if not any(keep for _, keep in parts):
-            continue
-        text: list[str] = []
-        gap = False
-        for u, keep in parts:
-            if keep:
-                text.append(("… " if gap or (not text and u.n) else "") + u.text)
-                gap = False
-            else:
-                gap = True
-        out.append(" ".join(text) + (" …" if gap else ""))
+    """The sentences of a carried message; a relay pointer is one, whatever it holds."""
+    out: list[str] = []
+    for part in WHOLE_POINTER.split(text):
+        split = [part] if part.startswith(POINTER) else SENTENCE.split(part)
+        out += [x.strip() for x in split if x.strip()]
     return out
 
 
-def _size(units: list[Unit], chosen: set[int], size: Callable[[str], int]) -> int:
-    return sum(size(f"- {line}") + 1 for line in _lines(units, chosen))
+def _lines(units: list[Unit], chosen: dict[int, str]) -> list[str]:
+    """Each message with a chosen sentence, as one line, each sentence as chosen (whole or
+    its excerpt); "…" marks where words or sentences left, once however many left there."""
+    by_entry: dict[int, list[tuple[Unit, str | None]]] = {}
+    for i, u in enumerate(units):
+        by_entry.setdefault(u.entry, []).append((u, chosen.get(i)))
+    out = []
+    for parts in by_entry.values():
+        if not any(text for _, text in parts):
+            continue
+        kept: list[str] = []
+        gap = False
+        for u, text in parts:
+            if text is None:
+                gap = True
+                continue
+            if (gap or (not kept and u.n)) and not text.startswith(ELLIPSIS):
+                text = f"{ELLIPSIS} {text}"
+            if kept and kept[-1].endswith(ELLIPSIS) and text.startswith(ELLIPSIS):
+                text = text[1:].lstrip()
+            kept.append(text)
+            gap = False
+        line = " ".join(kept)
+        out.append(line + f" {ELLIPSIS}" if gap and not line.endswith(ELLIPSIS) else line)
+    return out
+
+
+def _size(units: list[Unit], chosen: dict[int, str], size: Callable[[str], int]) -> int:
+    return sum(size(line) + 1 for line in _lines(units, chosen))
 
 
 def _values(units: list[Unit], held: frozenset[str]) -> dict[int, float]:
@@ -339,10 +292,13 @@ def _values(units: list[Unit], held: frozenset[str]) -> dict[int, float]:
             continue
         rare = [math.log1p(n / df[w]) / top for w in u.words if w not in held]
         novel = sum(rare) / len(u.words) if u.words else 0.0
-        out[i] = _information(u.text, held) * (0.4 + 0.6 * novel) + 1e-9 * math.log1p(i)
+        out[i] = information(u.text, held) * (0.4 + 0.6 * novel) + 1e-9 * math.log1p(i)
     return out
 
 
+def _note(left: int) -> str:
+    return f" ({left} shortened or left out for room, {ELLIPSIS} marks a cut; recall them by query)"
+
+
 def _text(kept: list[str], left: int) -> str:
-    note = f" ({left} shortened or left out for room; recall them by query)" if left else ""
-    return "\n".join([HEADING + note, *(f"- {text}" for text in kept)])
+    return "\n".join([HEADING + (_note(left) if left else ""), *kept])

@@ -184,3 +184,19 @@ def test_a_forgotten_output_cut_to_come_back_leaves_the_ledger_its_room():
     assert "cut to fit" in canonical_json(result.messages)
     assert result.tokens_compiled >= 0.9 * result.budget
     check_valid(msgs, result.messages)
+
+
+def test_steps_brought_back_never_take_the_ledgers_room():
+    """An agent session where the user states a value before every other large step: the room
+    goes to the user's words first; a forgotten step comes back beside them, never instead."""
+    for lines, share in ((20, 6), (30, 5), (10, 3)):
+        msgs = agent_history([])
+        for n in range(40):
+            said = f"Note: the port of service {n} is {7000 + n}."
+            msgs += [{"role": "user", "content": said}] if n % 2 == 0 else []
+            msgs += agent_history([log_lines(lines, f"service {n} check " + "line {i} ok")])[2:]
+            msgs += [{"role": "assistant", "content": f"Service {n} is checked."}] * (n % 2 == 0)
+        msgs.append({"role": "user", "content": "Which ports did I give you?"})
+        result = one_shot(msgs, COUNTER.count_messages(msgs) // share, 0.0)
+        text = canonical_json(result.messages)
+        assert all(f"service {n} is {7000 + n}" in text for n in range(0, 40, 2)), (lines, share)

@@ -63,7 +63,7 @@ def test_the_least_informative_leave_first_by_generic_features():
     carried = ledger.render(raw, list(range(1, len(raw))), 400)
     assert len(carried) <= 400 and all(k in carried for k in kept), carried
     assert "left out for room" in carried  # the small talk and questions left: counted
-    whole = [m["content"] for m in raw[1:] if f"- {m['content']}\n" in carried + "\n"]
+    whole = [m["content"] for m in raw[1:] if f"\n{m['content']}\n" in carried + "\n"]
     assert len(raw) - 1 - len(whole) == int(re.search(r"\((\d+) shortened", carried)[1])
 
 
@@ -71,7 +71,7 @@ def test_every_user_message_verbatim_while_room_allows_duplicates_once():
     said = ["The port is 5433.", "How do I connect?", "thanks", "The port is 5433.", "Ok!"]
     raw = [{"role": "user", "content": "task"}, *({"role": "user", "content": t} for t in said)]
     carried = ledger.render(raw, list(range(1, len(raw))), 10_000)
-    assert all(f"- {t}" in carried for t in said) and "left out" not in carried
+    assert all(f"\n{t}" in carried for t in said) and "left out" not in carried
     assert carried.count("The port is 5433.") == 1  # an exact duplicate once
     near = "the port is 5433"  # the same words and values, another form: near duplicate
     raw.append({"role": "user", "content": near})
@@ -218,3 +218,49 @@ def test_statements_with_a_value_a_quantity_a_date_or_a_name_outlast_small_talk(
     carried = ledger.render(raw, list(range(1, len(raw))), 320)
     assert "left out for room" in carried
     assert all(s in carried for s in said), carried
+
+
+LEADS = ["For the record:", "Just so you know,", "Please remember that", "I decided that"]
+
+
+def test_short_of_room_each_statement_keeps_the_clause_with_its_value() -> None:
+    """Where whole statements do not all fit, the lead-ins and tails the user repeats go first,
+    marked "…", so that every value stays, verbatim, and the heading says words were cut."""
+    said = [
+        f"{LEADS[i % 4]} the locker code number {i} is {1000 + 37 * i}"
+        + (", and that is final." if i % 3 == 0 else ".")
+        for i in range(40)
+    ]
+    raw = [{"role": "user", "content": "task"}, *({"role": "user", "content": t} for t in said)]
+    forgotten = list(range(1, len(raw)))
+    whole = ledger.render(raw, forgotten, 100_000)
+    carried = ledger.render(raw, forgotten, len(whole) * 4 // 5)
+    assert len(carried) <= len(whole) * 4 // 5
+    assert all(f"number {i} is {1000 + 37 * i}" in carried for i in range(40)), carried
+    assert "shortened or left out for room, … marks a cut" in carried
+    lines = carried.split("\n")[1:]
+    assert any(line.startswith("… the locker code") for line in lines)
+    assert any(line.endswith(" …") for line in lines)
+    for line in lines:  # what is kept of a statement is its own words, in one piece
+        kept = line.strip("… ")
+        assert "…" not in kept and any(kept in s for s in said), line
+
+
+def test_the_ledger_uses_the_room_it_is_given_before_it_shortens_anything() -> None:
+    said = [f"{LEADS[i % 4]} the locker code number {i} is {1000 + 37 * i}." for i in range(40)]
+    raw = [{"role": "user", "content": "task"}, *({"role": "user", "content": t} for t in said)]
+    forgotten = list(range(1, len(raw)))
+    whole = ledger.render(raw, forgotten, 100_000)
+    assert ledger.render(raw, forgotten, len(whole)) == whole
+    assert "left out" not in whole and "…" not in whole
+
+
+def test_a_relay_pointer_is_carried_whole_or_not_at_all() -> None:
+    log = "\n".join(f"2024-05-0{i} WARN disk {80 + i}% full" for i in range(6))
+    said = [f"Job {i} died, see:\n```\n{log}\n```\nKeep retries at {i}." for i in range(30)]
+    raw = [{"role": "user", "content": "task"}, *({"role": "user", "content": t} for t in said)]
+    carried = ledger.render(raw, list(range(1, len(raw))), 1500)
+    assert "left out for room" in carried
+    for line in carried.split("\n")[1:]:
+        assert ("[relayed " in line) == ("recall ref" in line), line
+        assert all(f"retries at {i}." in carried for i in range(10, 30))
