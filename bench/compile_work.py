@@ -5,7 +5,7 @@ a digest of every view, so a change to the compile's cost can show it changed no
 Histories: bench/shapes' cases (seed 0) at 25% and 50% of their tokens, one-shot as
 /v1/compress compiles them (headroom 0) and turn by turn with the stored state as chat does
 (the default headroom), and bench/sessions' long agent session turn by turn at 4k and 8k.
-`--record FILE` writes the digests, `--check FILE` compares with them (exit 1 on a change).
+`--record FILE` writes the digests (added to those the file holds), `--check FILE` compares with them (exit 1 on a change).
 `--fixed setup|run`: a fixed input for `valgrind --tool=callgrind` (see fixed_input).
 Run from the repository root: python -m bench.compile_work [--quick] [--record|--check FILE]
 """
@@ -184,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
             ["views", f"{len(work.digests):,}"]]  # fmt: skip
     print(tabulate.table(["work", "count"], rows))
     if args.record:
-        args.record.write_text(json.dumps(work.digests, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {len(work.digests)} digests to {args.record}")
+        kept = json.loads(args.record.read_text()) if args.record.exists() else {}
+        kept.update(work.digests)  # a --quick run's views join a full run's in one file
+        args.record.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {len(work.digests)} digests to {args.record} ({len(kept)} in all)")
     if args.check:
         known = json.loads(args.check.read_text())
         changed = sorted(k for k in work.digests if k in known and known[k] != work.digests[k])
