@@ -5,7 +5,8 @@ a digest of every view, so a change to the compile's cost can show it changed no
 Histories: bench/shapes' cases (seed 0) at 25% and 50% of their tokens, one-shot as
 /v1/compress compiles them (headroom 0) and turn by turn with the stored state as chat does
 (the default headroom), and bench/sessions' long agent session turn by turn at 4k and 8k.
-`--record FILE` writes the digests (added to those the file holds), `--check FILE` compares with them (exit 1 on a change).
+`--record FILE` adds the digests to those the file holds, `--check FILE` compares with them
+(exit 1 on a change).
 `--fixed setup|run`: a fixed input for `valgrind --tool=callgrind` (see fixed_input).
 Run from the repository root: python -m bench.compile_work [--quick] [--record|--check FILE]
 """

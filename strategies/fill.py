@@ -114,6 +114,8 @@ def _unforget(
             best = _cut_in(best, back, ctx, level, tables) or best
             break
         checked = _checked(lineage, candidate, level, ctx)
+        if checked is not None and not _ledger_whole(checked, lineage):
+            checked = _ledger_to(checked, ctx, level)  # the room its estimate left unused
         if checked is None or not _ledger_whole(checked, lineage):
             if len(set(iters[i] for i in back)) < TOGETHER:
                 continue

@@ -137,6 +137,24 @@ def test_any_view_that_does_not_fit_is_filled_valid_and_within_budget(msgs, shar
         assert result.tokens_compiled >= min(0.9 * top, top - largest_step(msgs))
 
 
+def test_a_step_that_fits_beside_the_whole_ledger_comes_back():
+    """A ledger whose line-by-line estimate counts over its join must not turn a step away
+    that fits beside it whole (hypothesis found this view at 517 of 600 tokens with 43-token
+    steps left out)."""
+    sizes = [7] + [1] * 43 + [6, 1, 1, 5]
+    msgs = statements(1)[:-1]
+    for n, lines in enumerate(sizes):
+        msgs += agent_history([log_lines(lines, f"run {n} " + "{i}")])[2:]
+        if 37 <= n <= 43:
+            msgs += [{"role": "user", "content": f"Step {n} looks right; the port is {n}."}]
+            msgs += [{"role": "assistant", "content": "Noted."}]
+    msgs.append({"role": "user", "content": "What next?"})
+    result = one_shot(msgs, 600, 0.0)
+    assert all(f"the port is {n}" in canonical_json(result.messages) for n in range(37, 44))
+    assert result.tokens_compiled >= 600 - largest_step(msgs)
+    check_valid(msgs, result.messages)
+
+
 def test_a_forgotten_output_bigger_than_the_room_comes_back_cut_to_fill_it():
     """BFCL's trading tasks: an earlier quote of 20k tokens in a 10k room was forgotten whole
     and the fill stopped there (views at 0.03-0.4 of the budget); it comes back cut to the room
