@@ -41,7 +41,9 @@ def test_a_test_run_without_a_server_starts_one_and_stops_it(pgdata: Path) -> No
     env = {
         "CTXPROXY_TEST_PG": f"postgresql+psycopg://postgres@127.0.0.1:{port}/test",
         "CTXPROXY_TEST_PGDATA": str(pgdata),
-        "PATH": "/usr/bin:/bin",
+        # No PostgreSQL on it, but the system's tools: as root the server runs as a user of
+        # its own, which a fresh machine has yet to add (useradd, in sbin).
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
     }
     done = subprocess.run(
         [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120
