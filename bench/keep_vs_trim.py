@@ -35,7 +35,7 @@ from strategies.pipeline import request_points
 COUNTER = TokenCounter()
 SHARES = (0.25, 0.5)
 PLANTED_BUDGETS = (2048, 2560)  # the planted-statement goals' windows, turn by turn
-SHAPES = ["statements", "listing", "big result", "earlier values", "planted chat",
+SHAPES = ["statements", "long chat", "listing", "big result", "earlier values", "planted chat",
           "planted agentic", "misleading", "bfcl"]  # fmt: skip
 View = list[dict]
 
