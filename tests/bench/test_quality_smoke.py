@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,3 +57,11 @@ def test_claude_code_runs_a_short_messages_session(tmp_path: Path) -> None:
     row = next(line.split() for line in out.splitlines() if line.startswith("4,000 "))
     assert row[2] == "translated" and row[4:7] == ["0", "0", "0"], out  # refused, over, errors
     assert (tmp_path / "claude_code.json").stat().st_size > 0
+
+
+def test_reuse_loss_names_where_each_firing_changes_the_prompt() -> None:
+    out = run("bench.reuse_loss", "--turns", "30", "--windows", "4096")
+    head = re.search(r"prefix reuse 0\.\d+, (\d+) of 30 turns changed the prompt", out)
+    assert head and int(head.group(1)) > 0, out
+    rows = re.findall(r"^(\S.*?)\s{2,}(\d+)\s+[\d,]+\s+[\d,]+$", out, re.M)
+    assert sum(int(n) for _, n in rows) == int(head.group(1)), out  # every change has a cause
