@@ -1,14 +1,17 @@
 """fill: after a deep firing, the room left below the budget (less the headroom a continuing
 session needs) goes back to the most useful of what was forgotten.
 
-First the ledger of the user's own words gets all that room, so it carries every forgotten
-user message whole before it shortens any. When it does, and room is still left, the newest
-forgotten steps come back whole, newest first, as long as each fits: the outputs nearest the
-kept tail are what the next call most likely needs. Then outputs a pass folded come back as
-sent, newest first, each that fits. The marker is placed again each time, so
-it names only what is still left out. Each candidate is checked as the final gate checks the
-view (pairs, roles, the latest turn), so a fill never makes a view invalid. A pure function of
-the view, the lineage and the level: the same input gives the same bytes.
+Outputs of JSON records stand as tables first (every value in less room). Then the ledger of
+the user's own words gets all that room, so it carries every forgotten user message whole
+before it shortens any. When it does, and room is still left, the newest forgotten steps come
+back, newest first: whole (records as tables) while each fits, and the one at the edge cut to
+the room left, as a trim keeps the message it stops at, never at the ledger's cost; the outputs
+nearest the kept tail are what the next call most likely needs. Then outputs a pass folded come
+back as sent, newest first, each that fits, and the newest output back whole if it still fits.
+The marker is placed again each time, so it names only what is still left out. Each candidate
+is checked as the final gate checks the view (pairs, roles, the latest turn), so a fill never
+makes a view invalid. A pure function of the view, the lineage and the level: the same input
+gives the same bytes.
 """
 
 from __future__ import annotations
