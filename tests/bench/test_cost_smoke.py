@@ -59,11 +59,12 @@ def test_hugemem_sees_memory_come_back(tmp_path: Path) -> None:
     assert result["rss_peak_mb"] >= result["rss_before_mb"] > 0
 
 
-def test_compile_work_gives_the_views_recorded_before_the_compile_got_cheaper() -> None:
-    """Memoised cut and fill counts must not move one byte: the views of the keep-vs-trim
-    shapes (one-shot and turn by turn) and a 60-turn agent session at 4k and 8k, against the
-    digests recorded on main 9fcc3f1 (tests/fixtures/compile_views.json). A change that is
-    meant to change views records them again: python -m bench.compile_work --record FILE."""
+def test_compile_work_gives_the_recorded_views() -> None:
+    """A change to how a compile works (memos, counts) must not move one byte: the views of
+    the keep-vs-trim shapes (one-shot and turn by turn) and a 60-turn agent session at 4k and
+    8k, against the digests recorded at the last change meant to change views
+    (tests/fixtures/compile_views.json). Such a change records them again:
+    python -m bench.compile_work --record FILE, then --quick --record FILE."""
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "compile_views.json"
     out = run("bench.compile_work", "--quick", "--check", str(fixture), timeout=600)
     compared = re.search(r"same bytes: (\d+) of (\d+) views", out)
