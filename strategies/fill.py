@@ -183,7 +183,7 @@ def _cut_in(
         others = sum(ctx.count(lineage.raw[i]) for i in back)
         others -= ctx.count(lineage.raw[lineage.index(candidate[k])])
         for slack in MARKER_SLACKS:  # the ledger placed again may want a little more room
-            found = _cut_at(candidate, k, ctx.usage(view) + others + slack, ctx, level, view)
+            found = _cut_at(candidate, k, ctx.usage(view) + others + slack, ctx, level)
             if found is not None:
                 return found
         # Where no marker of the same size leaves it room: the marker placed first, as small
@@ -193,7 +193,7 @@ def _cut_in(
         at = next((j for j, m in enumerate(marked) if m is candidate[k]), None)
         if at is not None:
             rest = sum(ctx.count(m) for j, m in enumerate(marked) if j != at)
-            found = _cut_at(marked, at, rest, ctx, level, view, remark=False)
+            found = _cut_at(marked, at, rest, ctx, level, remark=False)
             if found is not None:
                 return found
     lineage.forgotten.update(back)
@@ -206,11 +206,11 @@ def _cut_at(
     rest: int,
     ctx: Context,
     level: int,
-    before: list[Message],
     remark: bool = True,
 ) -> list[Message] | None:
     """`view` with message `k` cut to fit beside `rest` tokens (the marker placed again after
-    it, with `remark`), if that fits `level` and keeps the ledger `before` had, whole."""
+    it, with `remark`), if that fits `level` and the ledger still carries every forgotten user
+    message whole."""
     lineage = ctx.lineage
     assert lineage is not None
     form = cut.cut_to_fit(lineage.origin(view[k]), lineage.raw, rest, ctx, level)
@@ -220,7 +220,7 @@ def _cut_at(
     if remark and lineage.forgotten:
         cutin = forget.remark(cutin, replace(ctx, target=level))
     checked = _checked(lineage, cutin, level, ctx)
-    if checked is not None and _ledger_whole(checked, lineage) and _has_ledger(checked, before):
+    if checked is not None and _ledger_whole(checked, lineage):
         return checked
     return None
 
@@ -266,13 +266,6 @@ def _ledger_whole(view: list[Message], lineage: Lineage) -> bool:
 
 def _said(msg: Message) -> bool:
     return msg.get("role") == "user" and bool((text_of(msg) or "").strip())
-
-
-def _has_ledger(view: list[Message], before: list[Message]) -> bool:
-    """Whether `view` still carries a ledger where `before` did (one left out for want of room
-    reads as whole)."""
-    had = any(HEADING in (text_of(m) or "") for m in before)
-    return not had or any(HEADING in (text_of(m) or "") for m in view)
 
 
 def _newest_block(lineage: Lineage, iters: list[int]) -> list[int]:
